@@ -101,7 +101,32 @@ def _build(config, seed: int, dtype: torch.dtype) -> nn.Module:
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
-    return model.to(dtype).eval()
+    return exact_norms(model.to(dtype).eval())
+
+
+def _rms_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    eps = getattr(self, "variance_epsilon", getattr(self, "eps", 1e-6))
+    normed = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + eps)
+    w = (1.0 + self.weight) if type(self).__name__.startswith("Gemma") else self.weight
+    return normed * w
+
+
+def exact_norms(model: nn.Module) -> nn.Module:
+    """Make a float64 model's RMSNorms compute in float64.
+
+    Hugging Face RMSNorms upcast to float32 internally, so a ``.double()`` model is not a float64
+    model: its norms round to ~1e-7. For float64 models each RMSNorm instance gets a
+    dtype-preserving forward with the same formula (Llama: w ⊙ x/rms(x); Gemma: (1+w) ⊙ x/rms(x)),
+    so identity tests can be exact to 1e-10. float32 models are left untouched.
+    """
+    import types
+
+    if next(model.parameters()).dtype != torch.float64:
+        return model
+    for m in model.modules():
+        if type(m).__name__.endswith("RMSNorm") and hasattr(m, "weight"):
+            m.forward = types.MethodType(_rms_forward, m)
+    return model
 
 
 def tiny_model(family: str = "llama", *, seed: int = 0, dtype: torch.dtype = torch.float64,
@@ -252,7 +277,7 @@ def load_model(name: str, *, random_init: bool = False, seed: int = 0,
         if random_init:
             config = AutoConfig.from_pretrained(path)
             return _build(config, seed, dtype), tokenizer
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager")
+        model = exact_norms(AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager"))
     except OSError as e:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         hint = ("layerlab runs offline by default (HF_HUB_OFFLINE=1); on a machine with hub access set "

@@ -1,0 +1,78 @@
+"""Model loading: names, errors, caching, the offline SmolLM2 conversion."""
+
+import time
+
+import pytest
+import torch
+
+from layerlab import arch, models, residual
+
+
+def test_unknown_name_lists_known_names():
+    with pytest.raises(ValueError, match="smollm2-135m"):
+        models.load_model("smollm3")
+    with pytest.raises(ValueError, match="tiny-llama"):
+        models.load_model("tiny-bert")
+
+
+def test_unreachable_hub_id_is_clear(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(models.ModelLoadError, match="HF_HUB_OFFLINE"):
+        models.load_model("nobody-here/not-a-model-xyz")
+
+
+def test_random_init_is_seeded():
+    a, _ = models.load_model("tiny-llama", seed=3)
+    b, _ = models.load_model("tiny-llama", seed=3)
+    c, _ = models.load_model("tiny-llama", seed=4)
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not all(torch.equal(sa[k], sc[k]) for k in sa)
+
+
+def test_byte_tokenizer_roundtrip():
+    tok = models.byte_tokenizer()
+    text = "Ünïcode & bytes — ok"
+    ids = tok(text).input_ids
+    assert max(ids) < 256 and len(ids) == len(text.encode())
+    assert tok.decode(ids) == text
+    assert len(tok) == 259 and tok.bos_token_id == 256
+
+
+def test_corrupt_gguf_is_clear_and_leaves_nothing(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"NOPE" + b"\0" * 100)
+    out = tmp_path / "out"
+    with pytest.raises(models.ModelLoadError, match="corrupt or truncated.*pip install"):
+        models.convert_gguf(bad, out)
+    assert not out.exists() and list(tmp_path.iterdir()) == [bad]
+
+
+@pytest.mark.slow
+def test_truncated_real_gguf_is_clear(tmp_path):
+    src = models.smollm2_gguf_path()
+    cut = tmp_path / src.name
+    with open(src, "rb") as f:
+        cut.write_bytes(f.read(src.stat().st_size // 2))
+    with pytest.raises(models.ModelLoadError, match="corrupt or truncated"):
+        models.convert_gguf(cut, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_smollm2_offline_conversion():
+    models.load_model("smollm2-135m")  # converts once if needed
+    t = time.perf_counter()
+    model, tok = models.load_model("smollm2-135m")
+    assert time.perf_counter() - t < 30  # generous: the bench reports the real number
+    v = arch.view(model)
+    assert (v.n_layers, v.d_model, v.vocab_size) == (30, 576, 49152)
+    assert models.n_params(model) == 134_515_008  # public config; tied embedding counted once
+    assert model.config._attn_implementation == "eager"
+    assert getattr(model.config, "quantization_config", None) is None
+    ids = tok("The capital of France is", return_tensors="pt").input_ids
+    logits, cap = residual.run_with_capture(model, ids, ("block_out",))
+    torch.testing.assert_close(residual.lens_logits(model, cap["block_out"][-1]), logits, rtol=0, atol=1e-5)
+    c = residual.contributions(model, ids, positions=[-1])
+    torch.testing.assert_close(c.logits(), logits[:, -1:], rtol=1e-4, atol=1e-3)
+    assert tok.decode(logits[0, -1].argmax()).strip() == "Paris"
