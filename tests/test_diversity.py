@@ -1,0 +1,150 @@
+"""Identities of the bias-diversity decomposition (spec diversity.md section 7, items 1-7) in float64
+on tiny random models and random tensors."""
+
+import pytest
+import torch
+
+from layerlab import diversity as dv
+from layerlab import diversity_members as dm
+from layerlab.models import tiny_model
+from layerlab.residual import lens_logits, run_with_capture
+
+TOL = 1e-10
+
+
+def _rand(n=6, m=5, c=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    f = torch.randn(n, m, c, generator=g, dtype=torch.float64) * 3
+    labels = torch.randint(0, c, (n,), generator=g)
+    return f, labels
+
+
+@pytest.mark.parametrize("kind", dv.TARGETS)
+def test_mse_equals_bias_minus_diversity_and_omega_identities(kind):
+    f, labels = _rand()
+    y = dv.target(labels, f.shape[-1], kind, tau=2.5)
+    d = dv.decompose_mse(f, y)
+    assert torch.allclose(d.mse, d.bias - d.div, atol=TOL, rtol=0)
+    fbar = f.mean(1)
+    assert torch.allclose(d.bias, (y**2).sum(-1) - 2 * (y * fbar).sum(-1) + d.omega, atol=TOL, rtol=0)
+    assert torch.allclose(d.div, d.omega - (fbar**2).sum(-1), atol=TOL, rtol=0)
+    assert torch.all(d.div >= 0) and torch.all(d.div <= d.bias + TOL)
+    assert torch.allclose(d.bias_i.mean(1), d.bias) and torch.allclose(d.div_i.mean(1), d.div)
+
+
+def test_single_member_has_zero_diversity():
+    f, labels = _rand(m=1)
+    d = dv.decompose_mse(f, dv.target(labels, 4))
+    assert torch.all(d.div.abs() < TOL) and torch.allclose(d.bias, d.mse, atol=TOL)
+
+
+def test_scaled_form_is_m_squared_times_unscaled():
+    f, labels = _rand()
+    M = f.shape[1]
+    c = f / M  # f_i = M c_i with b = 0
+    y = dv.target(labels, 4)
+    scaled = dv.decompose_mse(dv.ensemble(c, torch.zeros(4, dtype=torch.float64)), y)
+    unscaled = dv.decompose_mse(c, y / M)
+    for a, b in ((scaled.mse, unscaled.mse), (scaled.bias, unscaled.bias), (scaled.div, unscaled.div)):
+        assert torch.allclose(a, M**2 * b, atol=TOL, rtol=0)
+
+
+def test_ce_equals_mean_member_ce_minus_mean_kl_and_shift_invariance():
+    f, labels = _rand()
+    g = torch.Generator().manual_seed(1)
+    y_soft = torch.softmax(torch.randn(6, 4, generator=g, dtype=torch.float64), -1)
+    for y in (dv.target(labels, 4), y_soft):
+        d = dv.decompose_ce(f, y)
+        assert torch.allclose(d.ce, d.member_ce - d.kl, atol=TOL, rtol=0)
+        assert torch.all(d.kl_i >= -TOL)
+        f2 = f.clone()
+        f2[:, 2] += 7.0  # shift one member by a constant: p and every term are unchanged
+        d2 = dv.decompose_ce(f2, y)
+        for a, b in ((d.ce, d2.ce), (d.member_ce, d2.member_ce), (d.kl, d2.kl)):
+            assert torch.allclose(a, b, atol=1e-9, rtol=0)
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2", "neox"])
+def tiny_features(request):
+    model = tiny_model(request.param, seed=0)
+    g = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(0, 259, (t,), generator=g) for t in (5, 9, 7)]
+    feats = dm.collect(model, seqs, labels=[1, 2, 3])
+    return model, seqs, feats
+
+
+def test_members_sum_to_the_models_logits(tiny_features):
+    model, seqs, feats = tiny_features
+    full = dm.apply_readout(feats, dm.lens_readout(model))
+    c, b = full.at_depth()
+    assert c.shape[1] == 2 * 4 + 1
+    with torch.no_grad():
+        ref = torch.stack([model(s[None]).logits[0, -1] for s in seqs])
+    assert torch.allclose(c.sum(1) + b, ref, atol=TOL, rtol=0)
+    # restricted to verbaliser tokens, and at layer level
+    ids = [3, 17, 42]
+    r = dm.apply_readout(feats, dm.lens_readout(model, ids)).to_layer_level()
+    c, b = r.at_depth()
+    assert c.shape[1] == 4 + 1
+    assert torch.allclose(c.sum(1) + b, ref[:, ids], atol=TOL, rtol=0)
+
+
+def test_residual_sum_and_truncation_match_the_recomputed_lens():
+    model = tiny_model("llama", seed=1)
+    ids = torch.randint(0, 259, (1, 8), generator=torch.Generator().manual_seed(2))
+    _, cap = run_with_capture(model, ids, ("embed", "attn_out", "mlp_out", "block_out"))
+    h_L = cap["embed"] + cap["attn_out"].sum(0) + cap["mlp_out"].sum(0)
+    assert torch.allclose(h_L, cap["block_out"][-1], atol=TOL, rtol=0)
+    feats = dm.collect(model, [ids[0]], labels=[0])
+    ro = dm.apply_readout(feats, dm.lens_readout(model))
+    for k in range(1, ro.n_layers + 1):
+        c, b = ro.at_depth(k)
+        lens = lens_logits(model, cap["block_out"][k - 1][:, -1], mode="recompute")
+        assert torch.allclose(c.sum(1) + b, lens, atol=TOL, rtol=0)
+    c0, _ = ro.at_depth(0)
+    assert c0.shape[1] == 1
+    with pytest.raises(ValueError, match="out of range"):
+        ro.at_depth(ro.n_layers + 1)
+
+
+def test_truncation_at_full_depth_reproduces_full_terms():
+    f, labels = _rand(n=5, m=9, c=3)
+    scales = torch.rand(5, 5, dtype=torch.float64) + 0.5
+    ro = dv.MemberReadout(f, scales, torch.zeros(3, dtype=torch.float64), labels % 3)
+    full = dv.terms_at_depth(ro)
+    at_L = dv.terms_at_depth(ro, ro.n_layers)
+    assert torch.equal(full[0].mse, at_L[0].mse) and torch.equal(full[2], at_L[2])
+
+
+def test_member_shuffle_keeps_class_marginals():
+    f, labels = _rand(n=40, m=3, c=2, seed=3)
+    s = dv.shuffle_members(f, labels, seed=0)
+    for cls in (0, 1):
+        idx = labels == cls
+        for i in range(3):
+            a = f[idx, i].sort(0).values
+            b = s[idx, i].sort(0).values
+            assert torch.equal(a, b)
+    assert not torch.equal(s, f)
+
+
+def test_linear_head_keeps_additivity():
+    model = tiny_model("llama", seed=0)
+    g = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(0, 259, (6,), generator=g) for _ in range(12)]
+    feats = dm.collect(model, seqs, labels=[i % 3 for i in range(12)])
+    head = dm.fit_head(feats, 3)
+    ro = dm.apply_readout(feats, head)
+    c, b = ro.at_depth()
+    direct = feats.final_normed().double() @ head.W.double().T + head.b.double()
+    assert torch.allclose(c.sum(1) + b, direct, atol=1e-8)
+    with pytest.raises(ValueError, match="at least two classes"):
+        dm.fit_head(feats.subset([0, 3]), 3)
+
+
+def test_bad_inputs_raise_clear_errors():
+    f, labels = _rand()
+    with pytest.raises(ValueError, match="unknown target"):
+        dv.target(labels, 4, "soft")
+    with pytest.raises(ValueError, match="need f"):
+        dv.decompose_mse(f, torch.zeros(3, 4))
