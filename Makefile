@@ -37,7 +37,7 @@ data: $(STAMP)
 	$(PY) -m layerlab.fetch
 
 lint: $(STAMP)
-	$(PY) -m ruff check lib tests bench scripts
+	$(PY) -m ruff check $(wildcard lib tests bench scripts)
 
 test: data lint
 	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
