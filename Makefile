@@ -10,10 +10,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.layerlab-installed
 PYTEST_ARGS ?=
 
-# Quiet, offline builds (the hub is never contacted by the cpu/smoke profiles).
+# Quiet, offline builds: the smoke and cpu profiles never contact the hub; the gpu profile loads
+# the papers' models from it, so it is left online unless HF_HUB_OFFLINE is set explicitly.
 export TQDM_DISABLE ?= 1
 export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
-export HF_HUB_OFFLINE ?= 1
+export HF_HUB_OFFLINE ?= $(if $(filter gpu,$(PROFILE)),0,1)
 export PIP_DISABLE_PIP_VERSION_CHECK ?= 1
 
 .PHONY: setup venv data test lint book bench clean distclean help

@@ -182,8 +182,9 @@ def execute(
     if use_cache and target.exists():
         log(f"[book] {chapter.name}: cached ({target.name})")
         return target
-    for k, v in BUILD_ENV.items():
-        os.environ.setdefault(k, v)
+    for k, v in BUILD_ENV.items():  # inherited by the kernel
+        if not (k == "HF_HUB_OFFLINE" and profile == "gpu"):  # gpu: hub models, unless set offline
+            os.environ.setdefault(k, v)
     executed_dir.mkdir(parents=True, exist_ok=True)
     kernel = kernel_name or ensure_kernel()
     log(f"[book] {chapter.name}: executing at profile={profile} ...")
