@@ -260,10 +260,9 @@ def frozen_context_jacobians(
     with torch.no_grad():
         if t > 0:
             model(ids[:, :t], **{key: cache}, use_cache=True)
-        prefix = {
-            i: (cache.layers[i].keys.detach().clone(), cache.layers[i].values.detach().clone()) if t > 0 else (None, None)
-            for i in layers
-        }
+        prefix = {i: (None, None) for i in layers}
+        if t > 0:
+            prefix = {i: (cache.layers[i].keys.detach().clone(), cache.layers[i].values.detach().clone()) for i in layers}
         with _record_calls(blocks) as calls:
             model(ids[:, t : t + 1], **{key: cache}, use_cache=True)
     out = []

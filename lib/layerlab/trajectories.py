@@ -95,8 +95,11 @@ def spacing_stats(x: Tensor) -> dict[str, float]:
         "equidistance": float(_cv(delta)),
     }
     for name, y in (("step", delta), ("norm", norms)):
-        fit = loglinear_fit(y)
-        out.update({f"{name}_slope": fit.slope, f"{name}_r2": fit.r2, f"{name}_growth": fit.growth})
+        if bool((y > 0).all()):
+            fit = loglinear_fit(y)
+            out.update({f"{name}_slope": fit.slope, f"{name}_r2": fit.r2, f"{name}_growth": fit.growth})
+        else:  # a zero step or norm has no logarithm
+            out.update({f"{name}_slope": float("nan"), f"{name}_r2": float("nan"), f"{name}_growth": float("nan")})
     return out
 
 

@@ -1,0 +1,132 @@
+"""m_K coupling metric (coupling spec section 7: identities 1-5, 8, 12) and its summaries/nulls."""
+
+import pytest
+import torch
+
+from layerlab import coupling as cp
+from layerlab.jacobians import diagonal_jacobian_single
+
+
+def _stack(n: int = 4, d: int = 24, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, d, d, generator=g, dtype=torch.float64)
+
+
+def test_self_coupling_is_zero():
+    J = _stack()
+    cm = cp.cross_coupling(J, None, ks=(3, 10, 24))
+    diag = torch.diagonal(cm.m, dim1=-2, dim2=-1)  # [K, norm, variant, N]
+    ujv = diag[:, :, 0]
+    assert ujv.abs().max() <= 1e-12
+    for k in (3, 10):
+        assert float(cp.coupling(J[0], J[0], k, "trace")) <= 1e-12
+    # vju of J with itself is zero only when U = V up to sign (symmetric J)
+    S = J + J.transpose(-1, -2)
+    assert cp.coupling(S[0], S[0], 5, "norm", "vju") <= 1e-12
+    off = cm.get(10)[~torch.eye(4, dtype=torch.bool)]
+    assert off.min() > 0.1  # unrelated random matrices are not coupled
+
+
+def test_sign_flip_invariance():
+    J = _stack(2)
+    S = cp.svd(J)
+    flip = torch.ones(J.shape[-1], dtype=J.dtype)
+    flip[[0, 3, 7]] = -1
+    S2 = cp.SVD(S.U * flip, S.s, S.Vh * flip[:, None])  # flip paired columns of U and rows of Vh
+    S3 = cp.SVD(S.U * flip, S.s, S.Vh)  # flip U columns only: |.| still removes it
+    a = cp.cross_coupling(J, None, (5, 12), cols_svd=S).m
+    assert torch.allclose(a, cp.cross_coupling(J, None, (5, 12), cols_svd=S2).m, atol=1e-12)
+    assert torch.allclose(a, cp.cross_coupling(J, None, (5, 12), cols_svd=S3).m, atol=1e-12)
+
+
+def test_scale_invariance():
+    J = _stack(2)
+    m = cp.coupling(J[0], J[1], 6)
+    assert torch.isclose(cp.coupling(3.0 * J[0], J[1], 6), m, atol=1e-12)
+    assert torch.isclose(cp.coupling(J[0], 0.2 * J[1], 6), m, atol=1e-12)
+    assert cp.coupling(J[0], 5 * J[0], 6) <= 1e-12
+
+
+def test_sliced_k_equals_direct_k():
+    J = _stack(3)
+    big = cp.cross_alignment(J, cp.svd(J), 20)
+    small = cp.cross_alignment(J, cp.svd(J), 7)
+    assert torch.allclose(big[..., :7, :7], small, atol=1e-12)
+    together = cp.cross_coupling(J, None, (7, 20))
+    alone = cp.cross_coupling(J, None, (7,))
+    assert torch.allclose(together.get(7), alone.get(7), atol=1e-12, equal_nan=True)
+    assert torch.allclose(together.get(7, "trace", "vju"), alone.get(7, "trace", "vju"), atol=1e-12)
+
+
+def test_matches_released_formula():
+    """|U2^T J1 V2| - diag(s1), Frobenius, over ||s1||_2 and tr(S1) (released metrics.py)."""
+    J1, J2 = _stack(2)
+    U2, _, Vh2 = torch.linalg.svd(J2)
+    s1 = torch.linalg.svdvals(J1)
+    k = 5
+    M = U2[:, :k].T @ J1 @ Vh2[:k].T
+    diff = torch.linalg.norm(M.abs() - torch.diag(s1[:k]))
+    assert torch.isclose(cp.coupling(J1, J2, k, "norm"), diff / s1[:k].norm())
+    assert torch.isclose(cp.coupling(J1, J2, k, "trace"), diff / s1[:k].sum())
+    Mv = Vh2[:k] @ J1 @ U2[:, :k]
+    dv = torch.linalg.norm(Mv.abs() - torch.diag(s1[:k]))
+    assert torch.isclose(cp.coupling(J1, J2, k, "norm", "vju"), dv / s1[:k].norm())
+
+
+def test_linear_block_jacobian_is_weight():
+    W = _stack(1, 16)[0]
+    J_F = diagonal_jacobian_single(lambda X: X + X @ W.T, torch.randn(16, dtype=torch.float64))
+    assert torch.allclose(J_F - torch.eye(16, dtype=torch.float64), W, atol=1e-12)
+
+
+def test_zero_spectrum_is_nan():
+    J = _stack(3)
+    J[1] = 0
+    cm = cp.cross_coupling(J, None, (4,))
+    m = cm.get(4)
+    assert torch.isnan(m[1]).all() and not torch.isnan(m[0]).any()
+    s = cp.scalar_summaries(cm)
+    assert all(torch.isfinite(torch.tensor(v)) for v in s.values())
+
+
+def test_rotation_and_spectrum_nulls_near_chance():
+    d = 96
+    J = _stack(3, d)
+    m_rot = cp.cross_coupling(J, cp.rotation_null(J, seed=1), (10,)).get(10)
+    assert torch.diagonal(m_rot).min() > 0.8  # statistical: ~1 for Haar rotations
+    nulls = cp.null_coupling(J, (10,), seed=2)
+    assert set(nulls) == {"spectrum", "rotation"}
+    s = cp.scalar_summaries(nulls["spectrum"])
+    assert s["C_l2@10"] < 0.2
+
+
+def test_scalar_summaries_and_locality():
+    J = _stack(4)
+    cm = cp.depth_coupling(J, (5,))
+    s = cp.scalar_summaries(cm)
+    m = cm.get(5)
+    off = m[~torch.eye(4, dtype=torch.bool)]
+    assert s["C_l2@5"] == pytest.approx(float(1 - off.mean()))
+    assert s["C_sq@5"] == pytest.approx(float(1 - (off**2).mean()))
+    assert cp.offdiag_mean(m, "all") < cp.offdiag_mean(m, "offdiag")
+    assert cp.neighbour_ratio(m) > 0
+
+
+def test_codiag_panels_diagonal_blocks_are_spectra():
+    J = _stack(3)
+    A = cp.codiag_panels(J, k=6)
+    s = torch.linalg.svdvals(J)[:, :6]
+    for i in range(3):
+        assert torch.allclose(A[i, i], torch.diag(s[i]), atol=1e-12)
+
+
+def test_bad_inputs():
+    J = _stack(2, 8)
+    with pytest.raises(ValueError, match="K=9 is out of range"):
+        cp.cross_coupling(J, None, (9,))
+    with pytest.raises(ValueError, match="square"):
+        cp.cross_coupling(torch.zeros(2, 3, 4))
+    with pytest.raises(ValueError, match="not computed"):
+        cp.cross_coupling(J, None, (2,)).get(3)
+    with pytest.raises(ValueError, match="aggregation"):
+        cp.offdiag_mean(torch.zeros(3, 3), "diagonal")
