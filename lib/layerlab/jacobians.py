@@ -262,7 +262,8 @@ def frozen_context_jacobians(
             model(ids[:, :t], **{key: cache}, use_cache=True)
         prefix = {i: (None, None) for i in layers}
         if t > 0:
-            prefix = {i: (cache.layers[i].keys.detach().clone(), cache.layers[i].values.detach().clone()) for i in layers}
+            kv = [cache.layers[i] for i in layers]
+            prefix = {i: (c.keys.detach().clone(), c.values.detach().clone()) for i, c in zip(layers, kv)}
         with _record_calls(blocks) as calls:
             model(ids[:, t : t + 1], **{key: cache}, use_cache=True)
     out = []

@@ -12,6 +12,7 @@ l-1, x^L = last block output before the final norm (forward hooks; see :mod:`lay
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -54,7 +55,7 @@ class LogLinearFit:
     @property
     def growth(self) -> float:
         """Per-layer growth factor e^slope."""
-        return float(torch.tensor(self.slope).exp())
+        return math.exp(self.slope)
 
 
 def loglinear_fit(y: Tensor) -> LogLinearFit:
