@@ -95,7 +95,8 @@ def test_neighbour_average_is_noop_on_weights_linear_in_depth():
     with torch.no_grad():
         for comp in ("q", "gate", "down"):
             shape = mv.blocks[0].weights()[comp].shape
-            a, b = torch.randn(shape, generator=g, dtype=torch.float64), torch.randn(shape, generator=g, dtype=torch.float64)
+            a = torch.randn(shape, generator=g, dtype=torch.float64)
+            b = torch.randn(shape, generator=g, dtype=torch.float64)
             for layer, blk in enumerate(mv.blocks):
                 blk.weights()[comp].copy_(a + layer * b)
     for comp in ("q", "gate", "down"):

@@ -91,7 +91,7 @@ def neighbour_average(model: torch.nn.Module, layer: int, *, include_norms: bool
     mv.check_layer(layer)
     nbrs = [j for j in (layer - 1, layer + 1) if 0 <= j < mv.n_layers]
     out = {}
-    for comp, p in mv.blocks[layer].weights().items():
+    for comp in mv.blocks[layer].weights():
         if "norm" in comp and not include_norms:
             continue
         vals = [mv.blocks[j].weights()[comp].detach() for j in nbrs]

@@ -42,7 +42,8 @@ def _check(model: torch.nn.Module, layers: Sequence[int], strategy: str, alpha: 
 
 
 def manipulated_weights(model: torch.nn.Module, layers: Sequence[int], strategy: str, *, alpha: float = 0.9,
-                        beta: float = 0.5, source: str = "prev", components: str = "all") -> dict[int, dict[str, Tensor]]:
+                        beta: float = 0.5, source: str = "prev",
+                        components: str = "all") -> dict[int, dict[str, Tensor]]:
     """New weights {layer: {component: tensor}} for a weight strategy (all read from the unmodified model)."""
     layers = _check(model, layers, strategy, alpha, beta, components)
     if strategy == "scale_block":

@@ -209,8 +209,9 @@ def predictability_table(stacks: dict[str, Tensor], null_stacks: dict[str, Tenso
     return out
 
 
-def predict_layers(stacks: dict[str, Tensor], layers: Sequence[int], *, mode: str = "teacher", lags: Sequence[int] = (1,),
-                   lam: float = 0.0, fit_layers: Sequence[int] | None = None) -> dict[int, dict[str, Tensor]]:
+def predict_layers(stacks: dict[str, Tensor], layers: Sequence[int], *, mode: str = "teacher",
+                   lags: Sequence[int] = (1,), lam: float = 0.0,
+                   fit_layers: Sequence[int] | None = None) -> dict[int, dict[str, Tensor]]:
     """Regression-generated weights (spec 3.5) for ``layers`` (ascending), per component.
 
     The lag ridge is fitted on ``fit_layers`` (default: all layers). mode ``"teacher"``: each prediction
