@@ -15,7 +15,7 @@ Hooks exist only inside :func:`capture` (baukit's ``Trace`` pattern) and are rem
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -30,28 +30,38 @@ def _first(x):
     return x[0] if isinstance(x, (tuple, list)) else x
 
 
-class Capture(dict):
+class Capture(Mapping):
     """Captured activations. ``cap[point]`` is [L, B, T, d] for per-layer points (layers in the
-    order requested) and [B, T, d] for ``"embed"``. Positions are restricted if requested."""
+    order requested) and [B, T, d] for ``"embed"``. Positions are restricted if requested.
+    Per-layer tensors are stacked lazily on first access, so capturing costs no copies."""
 
     def __init__(self, layers: list[int], positions):
-        super().__init__()
         self.layers = layers
         self.positions = positions
         self._raw: dict[str, dict[int, Tensor]] = {}
+        self._stacked: dict[str, Tensor] = {}
 
     def _store(self, point: str, layer: int, t: Tensor, detach: bool) -> None:
         if self.positions is not None:
             t = t[:, self.positions]
         self._raw.setdefault(point, {})[layer] = t.detach() if detach else t
 
-    def _finish(self) -> None:
-        for point, per_layer in self._raw.items():
-            if point == "embed":
-                self[point] = per_layer[-1]
-            else:
-                self[point] = torch.stack([per_layer[l] for l in self.layers])
-        self._raw.clear()
+    def layer(self, point: str, layer: int) -> Tensor:
+        """One layer's activation [B, T, d] without stacking the others."""
+        return self._raw[point][layer]
+
+    def __getitem__(self, point: str) -> Tensor:
+        if point not in self._stacked:
+            per_layer = self._raw[point]
+            self._stacked[point] = (per_layer[-1] if point == "embed"
+                                    else torch.stack([per_layer[l] for l in self.layers]))
+        return self._stacked[point]
+
+    def __iter__(self):
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
 
 
 @contextlib.contextmanager
@@ -100,7 +110,6 @@ def capture(model: nn.Module, points: Iterable[str] = POINTS, *, layers: Sequenc
     finally:
         for h in handles:
             h.remove()
-        cap._finish()
 
 
 def run_with_capture(model: nn.Module, input_ids: Tensor, points: Iterable[str] = POINTS,
