@@ -61,6 +61,61 @@ LIB_FINGERPRINT = _lib_fingerprint()
 """Hash of the library's version and source files: a code change invalidates derived results."""
 
 
+def layerlab_imports(source: str, package: str = "layerlab") -> set[str]:
+    """Names of the layerlab modules that Python ``source`` imports (``layerlab.x`` form)."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "layerlab"}
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:  # relative import inside the package
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                mod = f"{base}.{mod}" if mod else base
+            if mod.split(".")[0] != "layerlab":
+                continue
+            found.add(mod)
+            found |= {f"{mod}.{a.name}" for a in node.names}
+    return {m for m in found if _module_file(m) is not None}
+
+
+def _module_file(name: str) -> Path | None:
+    parts = name.split(".")[1:]
+    if not parts:
+        return _LIB_DIR / "__init__.py"
+    f = _LIB_DIR.joinpath(*parts).with_suffix(".py")
+    return f if f.exists() else None
+
+
+def module_fingerprint(*names: str, source: str | None = None) -> str:
+    """Hash of the given layerlab modules, everything they import from layerlab (transitively),
+    the package ``__init__`` and the package data files; ``source`` adds the modules that a piece of
+    code (e.g. a notebook) imports. A change elsewhere in the library leaves it unchanged, so
+    expensive results (trained families, executed chapters) survive unrelated edits."""
+    todo = set(names) | (layerlab_imports(source) if source else set()) | {"layerlab"}
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        f = _module_file(name)
+        if f is None:
+            raise ValueError(f"no layerlab module named {name!r}")
+        seen.add(name)
+        pkg = name if f.name == "__init__.py" else name.rsplit(".", 1)[0]
+        todo |= layerlab_imports(f.read_text(), package=pkg) - seen
+    h = hashlib.sha256(__version__.encode())
+    for name in sorted(seen):
+        h.update(name.encode())
+        h.update(_module_file(name).read_bytes())
+    for f in sorted((_LIB_DIR / "data").glob("*")) if (_LIB_DIR / "data").is_dir() else []:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _update(h: Any, obj: Any) -> None:
     if isinstance(obj, torch.Tensor):
         t = obj.detach().cpu().contiguous()

@@ -1,0 +1,61 @@
+"""The shared cache: keys, atomic writes, module fingerprints."""
+
+import pytest
+import torch
+
+from layerlab import cache
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERLAB_CACHE", str(tmp_path))
+
+
+def test_cached_json_computes_once():
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"a": [1, 2.5]}
+
+    assert cache.cached_json("t", {"k": 1}, compute) == {"a": [1, 2.5]}
+    assert cache.cached_json("t", {"k": 1}, compute) == {"a": [1, 2.5]}
+    assert cache.cached_json("t", {"k": 2}, compute) == {"a": [1, 2.5]}
+    assert len(calls) == 2
+
+
+def test_cached_tensors_roundtrip_and_corrupt_entry_recomputed(tmp_path):
+    x = {"w": torch.arange(6.0).reshape(2, 3)}
+    out = cache.cached_tensors("t", {"k": 1}, lambda: x)
+    assert torch.equal(out["w"], x["w"])
+    (f,) = (tmp_path / "t").glob("*.safetensors")
+    f.write_bytes(b"garbage")
+    again = cache.cached_tensors("t", {"k": 1}, lambda: {"w": x["w"] + 1})
+    assert torch.equal(again["w"], x["w"] + 1)
+
+
+def test_atomic_write_leaves_nothing_on_error(tmp_path):
+    target = tmp_path / "r.json"
+    with pytest.raises(RuntimeError):
+        with cache.atomic_write(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("interrupted")
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_fingerprint_is_stable_and_sensitive():
+    a = cache.fingerprint({"x": 1, "t": torch.ones(3)}, [1, 2])
+    assert a == cache.fingerprint({"t": torch.ones(3), "x": 1}, [1, 2])
+    assert a != cache.fingerprint({"x": 1, "t": torch.ones(3) * 2}, [1, 2])
+    f32, f64 = torch.ones(2, dtype=torch.float32), torch.ones(2, dtype=torch.float64)
+    assert cache.fingerprint(f32) != cache.fingerprint(f64)
+
+
+def test_module_fingerprint_follows_imports():
+    imports = cache.layerlab_imports("from layerlab import residual\nfrom layerlab.arch import view\n")
+    assert imports == {"layerlab", "layerlab.residual", "layerlab.arch"}
+    # residual imports arch, so its fingerprint differs from arch's own but is deterministic
+    assert cache.module_fingerprint("layerlab.residual") == cache.module_fingerprint("layerlab.residual")
+    assert cache.module_fingerprint("layerlab.residual") != cache.module_fingerprint("layerlab.arch")
+    with pytest.raises(ValueError, match="no layerlab module"):
+        cache.module_fingerprint("layerlab.nonexistent")
