@@ -76,3 +76,16 @@ def test_smollm2_offline_conversion():
     c = residual.contributions(model, ids, positions=[-1])
     torch.testing.assert_close(c.logits(), logits[:, -1:], rtol=1e-4, atol=1e-3)
     assert tok.decode(logits[0, -1].argmax()).strip() == "Paris"
+
+
+@pytest.mark.slow
+def test_smollm2_random_init_twin():
+    trained, _ = models.load_model("smollm2-135m")
+    a, _ = models.load_model("smollm2-135m", random_init=True, seed=0)
+    b, _ = models.load_model("smollm2-135m", random_init=True, seed=0)
+    assert models.n_params(a) == models.n_params(trained)
+    assert a.config._attn_implementation == "eager"
+    wa = arch.view(a).blocks[3].weights()["q"]
+    assert torch.equal(wa, arch.view(b).blocks[3].weights()["q"])
+    assert not torch.equal(wa, arch.view(trained).blocks[3].weights()["q"])
+    assert abs(wa.std().item() - a.config.initializer_range) < 2e-3
