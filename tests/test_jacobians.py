@@ -32,14 +32,15 @@ def fp64_softmax(monkeypatch):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("token", [-1, 4, 0])
-def test_frozen_context_equals_reference_fp64(family, token):
+def test_frozen_context_equals_reference_fp64(family, fp64_softmax):
     model = tiny_model(family)
     ids = _ids()
-    A = jac.frozen_context_jacobians(model, ids, token=token)  # [L, d, d]
-    R = jac.reference_jacobians(model, ids, token=token, vectorize=True)
-    assert A.shape == (view(model).n_layers, view(model).d_model, view(model).d_model)
-    assert _rel(A, R) <= 1e-10
+    for token in (-1, 4, 0):
+        R = jac.reference_jacobians(model, ids, token=token, vectorize=True)
+        for layout, chunk in (("seq", None), ("batch", 24)):
+            A = jac.frozen_context_jacobians(model, ids, token=token, layout=layout, chunk_size=chunk)
+            assert A.shape == (view(model).n_layers, view(model).d_model, view(model).d_model)
+            assert _rel(A, R) <= 1e-10, (layout, token)
 
 
 def test_reference_loop_equals_vectorised():
@@ -106,7 +107,7 @@ def test_zero_writers_give_zero_jacobian():
     assert J[layer - 1].abs().amax() > 0
 
 
-def test_authors_compat_changes_only_last_block():
+def test_authors_compat_changes_only_last_block(fp64_softmax):
     model, ids = tiny_model("llama"), _ids(6)
     clean = jac.frozen_context_jacobians(model, ids)
     compat = jac.frozen_context_jacobians(model, ids, authors_compat=True)

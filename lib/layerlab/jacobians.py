@@ -150,21 +150,64 @@ def _post(model: nn.Module, layer: int, authors_compat: bool) -> nn.Module | Non
 
 
 # ------------------------------------------------------------------------ generic function methods
-def diagonal_jacobian_single(fn: BlockFn, x: Tensor, *, chunk_size: int | None = None) -> Tensor:
-    """J_F = d fn(x)/dx for a single-token map fn: [c, 1, d] -> [c, 1, d], by c batched copies of x
-    and one backward of sum_b out[b, idx_b] (row b = basis vector idx_b). x: [d]. Returns [d, d]
-    (skip included)."""
+def diagonal_jacobian_single(
+    fn: BlockFn, x: Tensor, *, chunk_size: int | None = None, layout: str = "batch"
+) -> Tensor:
+    """J_F = d fn(x)/dx for a single-token map, vectorised over the d basis vectors: c copies of x
+    and one backward of sum_b out_b[idx_b] (copy b's gradient is row idx_b of J_F).
+
+    layout "batch": fn maps [c, 1, d] -> [c, 1, d] (copies in the batch dimension); "seq": fn maps
+    [1, c, d] -> [1, c, d] (copies as c query rows that cannot see each other; see
+    :func:`frozen_context_jacobians`). x: [d]. Returns [d(out), d(in)] (skip included).
+    """
+    if layout not in ("batch", "seq"):
+        raise ValueError(f"layout must be 'batch' or 'seq', got {layout!r}")
     d = x.shape[-1]
     chunk = chunk_size or d
     rows = []
     with torch.enable_grad():
         for s in range(0, d, chunk):
             idx = torch.arange(s, min(s + chunk, d))
-            X = x.detach().reshape(1, 1, d).expand(len(idx), 1, d).clone().requires_grad_(True)  # [c, 1, d]
-            out = fn(X)[:, 0, :]  # [c, d]
-            (g,) = torch.autograd.grad(out[torch.arange(len(idx)), idx].sum(), X)
-            rows.append(g[:, 0, :])  # [c, d]
+            c = len(idx)
+            shape = (c, 1, d) if layout == "batch" else (1, c, d)
+            X = x.detach().reshape(1, 1, d).expand(*shape).clone().requires_grad_(True)
+            out = fn(X).reshape(c, d)  # [c, d]
+            (g,) = torch.autograd.grad(out[torch.arange(c), idx].sum(), X)
+            rows.append(g.reshape(c, d))
     return torch.cat(rows)  # [d(out), d(in)]
+
+
+def _seq_copies_fn(block: nn.Module, call: _Call, cache: _FrozenKV, post: nn.Module | None) -> BlockFn:
+    """The single-token block call of ``call`` (one query at position t over a frozen prefix)
+    rewritten so that c copies of the token sit in the query dimension: the recorded additive mask
+    [1, 1, 1, m] becomes [1, 1, c, m-1+c] (prefix columns as recorded, copies see only themselves),
+    rotary (cos, sin) [1, 1, hd] and position ids are broadcast to the c rows. The prefix K/V are
+    shared instead of copied c times, so attention costs one [c, t+c] product per head."""
+    from transformers.cache_utils import Cache
+
+    def widen(key: str | int, a: Any, c: int) -> Any:
+        if isinstance(a, Cache) or key in _CACHE_KEYS:
+            return cache
+        if isinstance(a, Tensor) and a.ndim == 4 and a.shape[-2] == 1 and a.is_floating_point():
+            prefix = a[..., :-1].expand(a.shape[0], a.shape[1], c, a.shape[-1] - 1)  # [1, 1, c, m-1]
+            eye = torch.eye(c, dtype=torch.bool, device=a.device)
+            own = torch.zeros((), dtype=a.dtype).where(eye, torch.finfo(a.dtype).min)  # [c, c]
+            return torch.cat([prefix, own.expand(a.shape[0], a.shape[1], c, c)], dim=-1)
+        if key == "position_embeddings" and isinstance(a, (tuple, list)):
+            return tuple(p.expand(p.shape[0], c, *p.shape[2:]) for p in a)
+        if key == "position_ids" and isinstance(a, Tensor):
+            return a.expand(a.shape[0], c)
+        return a
+
+    def fn(X: Tensor) -> Tensor:  # X [1, c, d]
+        c = X.shape[1]
+        args = tuple(widen(i, a, c) for i, a in enumerate(call.args))
+        kwargs = {k: widen(k, a, c) for k, a in call.kwargs.items()}
+        out = block(X, *args, **kwargs) if call.positional_hidden else block(hidden_states=X, **kwargs)
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        return post(out) if post is not None else out
+
+    return fn
 
 
 def output_token_jacobians_fn(fn: BlockFn, X: Tensor, t2: int, *, vectorize: bool = True) -> Tensor:
@@ -240,12 +283,16 @@ def frozen_context_jacobians(
     *,
     authors_compat: bool = False,
     chunk_size: int | None = None,
+    layout: str = "seq",
 ) -> Tensor:
     """Diagonal Jacobians J^l_tt of every requested block at one token, by the frozen-context
     single-token method (spec section 6, Method A; exact for causal models).
 
     input_ids: [n] or [1, n]; token: index t (negative allowed; default the last prompt token, as
-    the authors). Returns J [len(layers), d, d] in the model's dtype (identity subtracted).
+    the authors). ``layout="seq"`` (default) puts the d copies of x_t in the query dimension with a
+    mask that hides them from each other and shares the prefix K/V; ``"batch"`` is the plain fallback
+    (copies in the batch dimension, K/V broadcast). Both are exact; tests check both against the
+    reference on every tiny family. Returns J [len(layers), d, d] (identity subtracted).
     """
     ids = _check_ids(input_ids)
     n = ids.shape[1]
@@ -268,8 +315,10 @@ def frozen_context_jacobians(
             model(ids[:, t : t + 1], **{key: cache}, use_cache=True)
     out = []
     for i in layers:
-        fn = _block_fn(blocks[i], calls[i], _FrozenKV(*prefix[i]), _post(model, i, authors_compat))
-        JF = diagonal_jacobian_single(fn, calls[i].hidden[0, -1], chunk_size=chunk_size)
+        kv, post = _FrozenKV(*prefix[i]), _post(model, i, authors_compat)
+        make = _seq_copies_fn if layout == "seq" else _block_fn
+        fn = make(blocks[i], calls[i], kv, post)
+        JF = diagonal_jacobian_single(fn, calls[i].hidden[0, -1], chunk_size=chunk_size, layout=layout)
         out.append(JF - torch.eye(JF.shape[-1], dtype=JF.dtype, device=JF.device))
     return torch.stack(out)  # [len(layers), d, d]
 
