@@ -336,6 +336,9 @@ def run_jupyter_book(source: Path, toc_path: Path, *, log=print) -> Path:
     log("[book] jupyter-book build ...")
     proc = subprocess.run(cmd, cwd=source, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
+        # Sphinx reports a page's warnings only when it re-reads the page: forget the environment so
+        # that a rerun re-reads everything and fails again instead of passing on a stale cache.
+        shutil.rmtree(source / "_build" / ".doctrees", ignore_errors=True)
         text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)  # drop terminal colours
         tail = "\n".join(text.strip().splitlines()[-40:])
         raise BuildError(f"jupyter-book build failed (exit {proc.returncode}):\n{tail}")
