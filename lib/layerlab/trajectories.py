@@ -89,8 +89,11 @@ def spacing_stats(x: Tensor) -> dict[str, float]:
     x = _check_traj(x)
     if x.ndim != 2:
         raise ValueError(f"spacing_stats takes one trajectory [L+1, d], got {tuple(x.shape)}")
-    delta = steps(x).norm(dim=-1).double()  # [L]
-    norms = x.norm(dim=-1).double()  # [L+1]
+    return spacing_from_norms(steps(x).norm(dim=-1).double(), x.norm(dim=-1).double())
+
+
+def spacing_from_norms(delta: Tensor, norms: Tensor) -> dict[str, float]:
+    """:func:`spacing_stats` from step norms delta [L] and state norms ||x^l|| [L+1]."""
     out = {
         "expodistance": float(_cv(delta[1:] / delta[:-1])) if delta.numel() >= 2 else float("nan"),
         "equidistance": float(_cv(delta)),

@@ -1,0 +1,291 @@
+"""Experiment runners of the coupling chapter (Aubry et al., ICLR 2025; spec ``coupling.md`` section 4).
+
+Each runner computes per-prompt results with :mod:`layerlab.jacobians`, :mod:`layerlab.coupling` and
+:mod:`layerlab.trajectories`, caches them per prompt with :mod:`layerlab.cache` (safetensors; an
+interrupted run resumes) and returns tensors/DataFrames that the notebook plots. Cache keys hold a
+hash of the coupling modules' sources, not of the whole library, so unrelated edits keep results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from . import coupling as cp
+from . import jacobians as jac
+from . import trajectories as tr
+from .cache import cached_json, cached_tensors, fingerprint
+
+DEMO_PROMPT = "What is the capital of France? The capital is"  # [paper: code]
+_SOURCES = ("jacobians.py", "coupling.py", "trajectories.py", "coupling_runs.py")
+
+
+def source_version() -> str:
+    """Hash of the coupling modules' sources (part of every cache key here)."""
+    h = hashlib.sha256()
+    for name in _SOURCES:
+        h.update((Path(__file__).parent / name).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def encode(tok: Any, text: str, max_tokens: int) -> Tensor:
+    """Token ids [1, n <= max_tokens] with the tokenizer's own special-token policy (recorded)."""
+    ids = tok(text, return_tensors="pt").input_ids[:, :max_tokens]
+    return ids.long()
+
+
+def prompt_set(tok: Any, n: int, max_tokens: int, *, split: str = "test", seed: int = 0) -> list[Tensor]:
+    """``n`` held-out passages of the project corpus (:func:`layerlab.data.texts_for_prompts`), each
+    truncated to <= ``max_tokens`` tokens. Returns a list of [1, n_i] id tensors."""
+    from .data import texts_for_prompts
+
+    texts = texts_for_prompts(split, n, max_tokens=max_tokens, tokenizer=tok, seed=seed)
+    return [encode(tok, t, max_tokens) for t in texts]
+
+
+# --------------------------------------------------------------------------------- one prompt
+def prompt_result(model: torch.nn.Module, ids: Tensor, ks: tuple[int, ...], *, nulls: bool,
+                  null_seed: int = 0, k_top: int = 50) -> dict[str, Tensor]:
+    """Everything the depth-wise analysis needs from one prompt at its last token.
+
+    m [len(ks), 2, 2, L, L] coupling (norm/trace x ujv/vju), s_top [L, k_top] singular values,
+    gap [L, len(ks)] spectral gaps s_K/s_{K+1}, lss [n] per-token LSS, delta [L] / norms [L+1] of
+    the last token's trajectory, lin_cos [1] linearisation cosine, seconds [1] Jacobian wall time;
+    with ``nulls``: m_spectrum / m_rotation (spec 5) and m_compat (authors' endpoints).
+    """
+    t0 = time.perf_counter()
+    J = jac.frozen_context_jacobians(model, ids).double()  # [L, d, d]
+    seconds = time.perf_counter() - t0
+    S = cp.svd(J)
+    out = {"m": cp.cross_coupling(J, None, ks, rows_svd=S).m.float()}
+    d = J.shape[-1]
+    kk = min(k_top, d)
+    out["s_top"] = S.s[:, :kk].float()
+    out["gap"] = torch.stack([S.s[:, k - 1] / S.s[:, min(k, d - 1)] for k in ks], dim=1).float()
+    x = jac.block_trajectory(model, ids).double()  # [n, L+1, d]
+    out["lss"] = tr.line_shape_score(x).float()
+    out["delta"] = tr.steps(x[-1]).norm(dim=-1).float()
+    out["norms"] = x[-1].norm(dim=-1).float()
+    out["lin_cos"] = torch.tensor([tr.linearisation_cosine(J, x[-1, 0], x[-1, -1])])
+    out["seconds"] = torch.tensor([seconds])
+    if nulls:
+        nm = cp.null_coupling(J, ks, seed=null_seed)
+        out["m_spectrum"], out["m_rotation"] = nm["spectrum"].m.float(), nm["rotation"].m.float()
+        Jc = J.clone()
+        Jc[-1] = jac.frozen_context_jacobians(model, ids, layers=[J.shape[0] - 1], authors_compat=True)[0].double()
+        out["m_compat"] = cp.cross_coupling(Jc, None, ks).m.float()
+    return out
+
+
+def depth_run(model: torch.nn.Module, prompts: list[Tensor], ks: tuple[int, ...], *, label: str,
+              n_null: int = 4, null_seed: int = 0, progress: bool = False) -> dict[str, Any]:
+    """:func:`prompt_result` for every prompt (nulls on the first ``n_null``), cached per prompt under
+    ``label`` (model name + init + seed). Returns {"per_prompt": [dict], "label", "ks"}."""
+    results = []
+    for i, ids in enumerate(prompts):
+        key = {"label": label, "ids": fingerprint(ids), "ks": list(ks), "nulls": i < n_null,
+               "null_seed": null_seed, "src": source_version()}
+        r = cached_tensors("coupling-prompt", key,
+                           lambda ids=ids, i=i: prompt_result(model, ids, ks, nulls=i < n_null, null_seed=null_seed),
+                           lib_versioned=False)
+        results.append(r)
+        if progress:
+            print(f"{label}: prompt {i + 1}/{len(prompts)} ({float(r['seconds']):.1f} s Jacobians)", flush=True)
+    return {"per_prompt": results, "label": label, "ks": tuple(ks)}
+
+
+def summarise(run: dict[str, Any], aggregation: str = "offdiag") -> pd.DataFrame:
+    """One row per prompt: candidate scalars C_tr/C_l2/C_sq at every K (and for the nulls and the
+    authors' endpoints where computed), LSS of the last token and over tokens, spacing statistics."""
+    rows = []
+    ks = run["ks"]
+    for i, r in enumerate(run["per_prompt"]):
+        row: dict[str, Any] = {"prompt": i, "label": run["label"]}
+        for name in ("m", "m_spectrum", "m_rotation", "m_compat"):
+            if name in r:
+                s = cp.scalar_summaries(cp.CouplingMatrices(r[name].double(), ks), aggregation)
+                prefix = "" if name == "m" else name[2:] + ":"
+                row.update({prefix + k: v for k, v in s.items()})
+        m50 = cp.CouplingMatrices(r["m"].double(), ks).get(max(ks))
+        row["neighbour_ratio"] = cp.neighbour_ratio(m50) if m50.shape[0] > 2 else float("nan")
+        row["lss_last"] = float(r["lss"][-1])
+        row["lss_median"] = float(torch.nanmedian(r["lss"][1:]))  # position 0 flagged: excluded
+        row.update(tr.spacing_from_norms(r["delta"].double(), r["norms"].double()))
+        row["lin_cos"] = float(r["lin_cos"])
+        row["min_gap"] = float(r["gap"].min())
+        row["jacobian_seconds"] = float(r["seconds"])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def mean_matrix(run: dict[str, Any], k: int, norm: str = "norm", name: str = "m") -> Tensor:
+    """Prompt-mean L x L coupling matrix 1 - m_K (the demo's "coupling matrix")."""
+    ks = run["ks"]
+    mats = [cp.CouplingMatrices(r[name].double(), ks).get(k, norm) for r in run["per_prompt"] if name in r]
+    return 1 - torch.stack(mats).mean(0)
+
+
+# ---------------------------------------------------------------------------- panels / tokens
+def depth_panels(model: torch.nn.Module, ids: Tensor, layers: list[int], k: int) -> Tensor:
+    """|A_ij| = |U_j^T J_i V_j| (K x K) for consecutive blocks ``layers`` at the last token (Fig. 4.4).
+    Returns [n, n, K, K]."""
+    J = jac.frozen_context_jacobians(model, ids, layers=layers).double()
+    return cp.codiag_panels(J, k=min(k, J.shape[-1])).float()
+
+
+def token_run(model: torch.nn.Module, ids: Tensor, layer_pair: tuple[int, int], n_tokens: int,
+              ks: tuple[int, ...], *, panel_k: int = 10, null_seed: int = 0) -> dict[str, Tensor]:
+    """Token-wise coupling (spec 3.3, 4.5) over the last ``n_tokens`` positions T of one prompt.
+
+    self_*: diagonal Jacobians J^l_tt (t in T) at the two layers (within-layer and cross-layer T x T);
+    out_*: context Jacobians J^l_{t1, t_last} for a fixed output token (t1 in T);
+    in_*: J^l_{t_first, t2} for a fixed input token (t2 in T). ``*_m`` [len(ks), 2, 2, T, T];
+    ``self_panels`` |A| at ``panel_k`` for the within-layer self-coupling grid; ``self_null_m`` the
+    spectrum-matched null of the first layer's stack.
+    """
+    n = ids.shape[1]
+    T = list(range(max(0, n - n_tokens), n))
+    l1, l2 = layer_pair
+    Jd = torch.stack([jac.frozen_context_jacobians(model, ids, token=t, layers=[l1, l2]) for t in T]).double()
+    J1, J2 = Jd[:, 0], Jd[:, 1]  # [T, d, d]
+    out = {"tokens": torch.tensor(T)}
+    out["self_m"] = cp.cross_coupling(J1, None, ks).m.float()
+    out["self_cross_m"] = cp.cross_coupling(J1, J2, ks).m.float()
+    out["self_panels"] = cp.codiag_panels(J1, k=panel_k).float()
+    out["self_null_m"] = cp.cross_coupling(cp.spectrum_matched_null(cp.svd(J1).s, seed=null_seed), None, ks).m.float()
+    O1 = jac.output_token_jacobians(model, ids, n - 1, l1).double()[T]  # [T, d, d] over t1
+    O2 = jac.output_token_jacobians(model, ids, n - 1, l2).double()[T]
+    out["out_m"] = cp.cross_coupling(O1, O2, ks).m.float()
+    I1 = jac.input_token_jacobians(model, ids, T[0], l1).double()  # [len(T), d, d] over t2
+    I2 = jac.input_token_jacobians(model, ids, T[0], l2).double()
+    out["in_m"] = cp.cross_coupling(I1, I2, ks).m.float()
+    return out
+
+
+def speed_check(model: torch.nn.Module, ids: Tensor, label: str, ref_layers: tuple[int, ...] = (0,)) -> dict:
+    """Wall time per block of the frozen-context method and the authors' reference (d VJPs through
+    the whole prompt) measured side by side on ``ref_layers``; cached as JSON (a measurement)."""
+
+    def compute() -> dict:
+        layers = list(ref_layers)
+        t0 = time.perf_counter()
+        A = jac.frozen_context_jacobians(model, ids, layers=layers)
+        fast = (time.perf_counter() - t0) / len(layers)
+        t0 = time.perf_counter()
+        R = jac.reference_jacobians(model, ids, layers=layers)
+        ref = (time.perf_counter() - t0) / len(layers)
+        return {"frozen_s_per_block": fast, "reference_s_per_block": ref, "ratio": ref / fast,
+                "rel_error": float((A - R).norm() / R.norm()), "tokens": int(ids.shape[1]),
+                "layers": layers, "threads": torch.get_num_threads()}
+
+    return cached_json("coupling-speed", {"label": label, "ids": fingerprint(ids), "layers": list(ref_layers),
+                                          "src": source_version()}, compute, lib_versioned=False)
+
+
+# ----------------------------------------------------------------------------------- family
+def member_coupling(model: torch.nn.Module, prompts: list[Tensor], ks: tuple[int, ...]) -> dict[str, float]:
+    """Prompt-mean scalar summaries, LSS and spacing of one (small) model."""
+    rows = []
+    for ids in prompts:
+        J = jac.frozen_context_jacobians(model, ids).double()
+        cm = cp.cross_coupling(J, None, ks)
+        row = cp.scalar_summaries(cm)
+        if J.shape[0] > 2:
+            row["neighbour_ratio"] = cp.neighbour_ratio(cm.get(max(ks)))
+        x = jac.block_trajectory(model, ids).double()
+        row["lss_last"] = float(tr.line_shape_score(x[-1]))
+        row["lss_median"] = float(torch.nanmedian(tr.line_shape_score(x[1:])))
+        rows.append(row)
+    return pd.DataFrame(rows).mean().to_dict()
+
+
+def family_table(profile: str, n_prompts: int, max_tokens: int, ks: tuple[int, ...], *,
+                 min_depth: int = 2, progress: bool = False) -> pd.DataFrame:
+    """Coupling of every family member (final weights) with its hyperparameters and held-out NLL."""
+    from .arch import n_params
+    from .family import get_family
+
+    fam = get_family(profile, progress=progress)
+    prompts = prompt_set(fam.tokenizer, n_prompts, max_tokens)
+    rows = []
+    for m in fam:
+        if m.depth < min_depth:
+            continue
+        key = {"member": m.name, "profile": profile, "run": str(m.run_dir.name if m.run_dir else ""),
+               "n": n_prompts, "T": max_tokens, "ks": list(ks), "src": source_version()}
+
+        def compute(m=m) -> dict:
+            model, _ = m.load()
+            row = member_coupling(model, prompts, ks)
+            row["params"] = n_params(model)
+            return row
+
+        row = cached_json("coupling-member", key, compute, lib_versioned=False)
+        rows.append({"name": m.name, "depth": m.depth, "width": m.width, "lr": m.lr, "seed": m.seed,
+                     "steps": m.steps, "heldout_nll": m.heldout_nll,
+                     "final_train_loss": float(np.mean(m.train_loss[-8:])), **row})
+        if progress:
+            print(f"family {m.name}: C_l2@{max(ks)}={row[f'C_l2@{max(ks)}']:.3f}", flush=True)
+    df = pd.DataFrame(rows)
+    df["log10_params"] = np.log10(df["params"])
+    return df
+
+
+def checkpoint_table(profile: str, filters: dict, n_prompts: int, max_tokens: int, ks: tuple[int, ...],
+                     *, progress: bool = False) -> pd.DataFrame:
+    """Coupling, LSS and held-out NLL at every checkpoint of the members matching ``filters``."""
+    from .family import get_family
+
+    fam = get_family(profile, progress=progress)
+    prompts = prompt_set(fam.tokenizer, n_prompts, max_tokens)
+    rows = []
+    for m in fam.select(**filters):
+        val = {c["step"]: c["val_nll"] for c in m.curve}
+        for step in m.checkpoints:
+            key = {"member": m.name, "profile": profile, "step": step, "n": n_prompts, "T": max_tokens,
+                   "ks": list(ks), "src": source_version()}
+            row = cached_json("coupling-ckpt", key,
+                              lambda m=m, step=step: member_coupling(m.load(step=step)[0], prompts, ks),
+                              lib_versioned=False)
+            rows.append({"name": m.name, "seed": m.seed, "step": step, "val_nll": val.get(step, float("nan")),
+                         **row})
+    return pd.DataFrame(rows)
+
+
+def predictor_stats(df: pd.DataFrame, y: str, predictors: list[str], *, n_boot: int = 2000,
+                    seed: int = 0) -> pd.DataFrame:
+    """For each predictor x: OLS R^2 of y on x with a percentile-bootstrap CI (models resampled, the
+    line refitted), Pearson r and Spearman rho with CIs (:mod:`layerlab.stats`)."""
+    from .stats import bootstrap_ci, pearson, spearman
+
+    out = []
+    yv = df[y].to_numpy(float)
+    for p in predictors:
+        xv = df[p].to_numpy(float)
+
+        def r2(idx: np.ndarray, xv=xv) -> float:
+            idx = idx.astype(int)
+            xs, ys = xv[idx], yv[idx]
+            if np.std(xs) == 0 or np.std(ys) == 0:
+                return 0.0
+            return float(np.corrcoef(xs, ys)[0, 1] ** 2)
+
+        row = {"predictor": p, "n": len(df)}
+        if len(df) < 4:  # too few models for a CI: report nothing rather than a fake interval
+            row.update({c: float("nan") for c in ("R2", "R2_low", "R2_high", "pearson", "pearson_low",
+                                                  "pearson_high", "spearman", "spearman_low", "spearman_high")})
+        else:
+            ci = bootstrap_ci(np.arange(len(df)), r2, n_boot=n_boot, seed=seed)
+            pr, sp = pearson(xv, yv, seed=seed), spearman(xv, yv, seed=seed)
+            row.update({"R2": ci.estimate, "R2_low": ci.low, "R2_high": ci.high,
+                        "pearson": pr.r, "pearson_low": pr.low, "pearson_high": pr.high,
+                        "spearman": sp.r, "spearman_low": sp.low, "spearman_high": sp.high})
+        out.append(row)
+    return pd.DataFrame(out)
