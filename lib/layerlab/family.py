@@ -196,36 +196,67 @@ def _member_spec(preset: FamilyPreset, m: MemberSpec, vocab: int) -> ModelSpec:
                      vocab_size=vocab, seq_len=preset.seq_len)
 
 
-def get_family(profile: str, *, progress: bool = False, train_missing: bool = True) -> Family:
+def default_workers() -> int:
+    """Parallel training processes: one per CPU core (max 4) on CPU, 1 with a GPU."""
+    import os
+
+    return 1 if torch.cuda.is_available() else max(1, min(4, os.cpu_count() or 1))
+
+
+def get_family(profile: str, *, progress: bool = False, train_missing: bool = True,
+               workers: int | None = None) -> Family:
     """The trained family of ``profile`` (``smoke`` | ``cpu`` | ``gpu``), training missing members
-    (resuming any interrupted one from its last checkpoint) and caching them."""
+    (resuming any interrupted one from its last checkpoint) and caching them.
+
+    Missing members train in ``workers`` processes with one thread each (small models train much
+    faster single-threaded, and members are independent); results do not depend on ``workers``.
+    """
     preset = profiles.select(PRESETS, profile)
     tok = family_tokenizer(profile)
     key = fingerprint({"v": FAMILY_VERSION, "preset": asdict(preset), "vocab": tok.get_vocab()})
     root = cache_path("family", f"{profile}-{key}", "x").parent
-    train_ids = val_ids = None
+    missing = [ms for ms in preset.members if not (root / ms.name / "result.json").exists()]
+    if missing and not train_missing:
+        raise FileNotFoundError(
+            f"{len(missing)} member(s) of the {profile} family are not trained yet (e.g. {missing[0].name}): "
+            f"call get_family({profile!r}) to train them"
+        )
+    if missing:
+        _windows(tok, "train", preset, root)  # tokenise once, before the workers start
+        _windows(tok, "validation", preset, root)
+        workers = default_workers() if workers is None else workers
+        if workers <= 1 or len(missing) == 1:
+            for ms in missing:
+                _train_one(profile, ms, root, progress)
+        else:
+            import concurrent.futures as cf
+            import multiprocessing as mp
+
+            with cf.ProcessPoolExecutor(min(workers, len(missing)), mp_context=mp.get_context("spawn")) as ex:
+                for fut in [ex.submit(_train_one, profile, ms, root, False, 1) for ms in missing]:
+                    fut.result()
     members = []
     for ms in preset.members:
-        spec = _member_spec(preset, ms, len(tok))
-        run_dir = root / ms.name
-        done = run_dir / "result.json"
-        if not done.exists():
-            if not train_missing:
-                raise FileNotFoundError(
-                    f"family member {ms.name} ({profile}) is not trained yet: call get_family({profile!r})"
-                )
-            if train_ids is None:
-                train_ids = _windows(tok, "train", preset, root)
-                val_ids = _windows(tok, "validation", preset, root)
-            _train_member(preset, ms, spec, train_ids, val_ids, run_dir, progress)
-        res = json.loads(done.read_text())
+        res = json.loads((root / ms.name / "result.json").read_text())
         members.append(FamilyMember(
             name=ms.name, depth=ms.depth, width=ms.width, lr=ms.lr, seed=ms.seed, steps=ms.steps,
             tokens=res["tokens"], heldout_nll=res["heldout_nll"], checkpoints=res["checkpoints"],
             curve=res["curve"], train_loss=res["train_loss"], train_seconds=res["train_seconds"],
-            spec=spec, run_dir=run_dir, _tokenizer=tok,
+            spec=_member_spec(preset, ms, len(tok)), run_dir=root / ms.name, _tokenizer=tok,
         ))
     return Family(members, profile=profile, preset=preset, tokenizer=tok, root=root)
+
+
+def _train_one(profile: str, ms: MemberSpec, root: Path, progress: bool, threads: int | None = None) -> str:
+    if threads:
+        torch.set_num_threads(threads)
+    preset = PRESETS[profile]
+    tok = family_tokenizer(profile)
+    spec = _member_spec(preset, ms, len(tok))
+    train_ids = _windows(tok, "train", preset, root)
+    val_ids = _windows(tok, "validation", preset, root)
+    _train_member(preset, ms, spec, train_ids, val_ids, root / ms.name, progress)
+    return ms.name
 
 
 def _train_member(preset, ms: MemberSpec, spec: ModelSpec, train_ids, val_ids, run_dir: Path, progress: bool):

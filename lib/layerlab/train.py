@@ -224,6 +224,7 @@ class TrainResult:
     ledger: list[dict] = field(default_factory=list)  # per phase sums
     totals: dict = field(default_factory=dict)
     run_dir: Path | None = None
+    optimizer: torch.optim.Optimizer | None = None  # the last phase's AdamW (its state: trained params only)
 
 
 @torch.no_grad()
@@ -286,7 +287,6 @@ def train(
         raise ValueError(f"batch_size {config.batch_size} must be divisible by the world size {world}")
     device = next(model.parameters()).device
     names = {p: n for n, p in model.named_parameters()}
-    by_name = dict(model.named_parameters())
     T = train_ids.shape[1]
     total = schedule.total_steps
     run_dir = Path(run_dir) if run_dir is not None else None
@@ -396,5 +396,5 @@ def train(
         p.requires_grad_(True)
     model.eval()
     ledger, totals = _ledger(log, len(schedule.phases))
-    del by_name
-    return TrainResult(model=model, log=log, evals=evals, ledger=ledger, totals=totals, run_dir=run_dir)
+    return TrainResult(model=model, log=log, evals=evals, ledger=ledger, totals=totals, run_dir=run_dir,
+                       optimizer=opt)

@@ -1,0 +1,158 @@
+"""Trainer: FLOP accounting, exact resume, determinism, ledger sums (anatomy spec section 7, id. 12)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch.utils.flop_counter import FlopCounterMode
+
+from layerlab import growth
+from layerlab.train import (
+    ModelSpec,
+    TrainConfig,
+    build_model,
+    flops_per_token,
+    list_checkpoints,
+    log_steps,
+    train,
+)
+
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models train much faster single-threaded (and do not fight other processes)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+SPEC = ModelSpec(depth=3, width=16, heads=4, kv_heads=2, ffn=32, vocab_size=50, seq_len=8)
+
+
+def _ids(n: int = 40, t: int = 8, v: int = 50, seed: int = 0) -> torch.Tensor:
+    return torch.randint(v, (n, t), generator=torch.Generator().manual_seed(seed))
+
+
+def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_flops_hand_count():
+    # d=16, d_q=16, d_kv=8 (2 kv heads of 4), f=32, V=50, T=8.
+    cfg = SPEC.config()
+    p_layer = 16 * 16 + 2 * 16 * 8 + 16 * 16 + 3 * 16 * 32  # q, k+v, o, gate+up+down = 2304
+    assert p_layer == 2304
+    f = flops_per_token(cfg, 8, active=[0, 1, 2], trainable=[0, 1, 2], embed=True, head=True)
+    assert f["forward"] == 3 * (2 * 2304 + 4 * 8 * 16) + 2 * 16 * 50  # 16960
+    assert f["act_grad"] == 3 * (2 * 2304 + 8 * 8 * 16) + 2 * 16 * 50  # 18496
+    assert f["weight_grad"] == 3 * 2 * 2304 + 2 * 16 * 50  # 15424
+    # only the top layer trains: act grads stop at layer 2, weight grads of one layer + head
+    g = flops_per_token(cfg, 8, active=[0, 1, 2], trainable=[2], embed=False, head=True)
+    assert g["forward"] == f["forward"]
+    assert g["act_grad"] == (2 * 2304 + 8 * 8 * 16) + 2 * 16 * 50
+    assert g["weight_grad"] == 2 * 2304 + 2 * 16 * 50
+
+
+@pytest.mark.parametrize(
+    "trainable,embed,head",
+    [((0, 1, 2), True, True), ((1,), False, True), ((2,), False, False), ((), False, True), ((0,), False, True)],
+)
+def test_flops_match_torch_flop_counter(trainable, embed, head):
+    """The ledger's forward and backward FLOPs equal what torch actually executes, so frozen
+    layers' weight-gradient (and, below the lowest trainable layer, all backward) work is skipped."""
+    model = build_model(SPEC, seed=0, dtype=torch.float64)
+    growth.set_trainable(model, growth.Phase(trainable, 1, embed=embed, head=head))
+    x = _ids(2)
+    with FlopCounterMode(display=False) as fc:
+        logits = model(input_ids=x).logits
+    loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+    with FlopCounterMode(display=False) as fb:
+        loss.backward()
+    f = flops_per_token(model.config, 8, range(3), trainable, embed, head)
+    n_tok = x.numel()
+    assert fc.get_total_flops() == f["forward"] * n_tok
+    assert fb.get_total_flops() == (f["act_grad"] + f["weight_grad"]) * n_tok
+
+
+def test_log_steps():
+    assert log_steps(8) == (0, 1, 2, 4, 8)
+    assert log_steps(10) == (0, 1, 2, 4, 8, 10)
+    assert log_steps(1) == (0, 1)
+
+
+def test_deterministic_given_seed():
+    cfg = TrainConfig(batch_size=4, seed=3)
+    a = train(build_model(SPEC, 1, torch.float64), growth.uniform(3, 4), _ids(), cfg, progress=False)
+    b = train(build_model(SPEC, 1, torch.float64), growth.uniform(3, 4), _ids(), cfg, progress=False)
+    c = train(build_model(SPEC, 1, torch.float64), growth.uniform(3, 4), _ids(),
+              TrainConfig(batch_size=4, seed=4), progress=False)
+    assert _same(a.model, b.model)
+    assert not _same(a.model, c.model)
+
+
+@pytest.mark.parametrize("make", [lambda: growth.uniform(4, 7, warmup=2), lambda: growth.stacking(4, 8),
+                                  lambda: growth.gtt([1.0, 3.0, -0.5, 0.2], 12)])
+def test_resume_equals_uninterrupted(tmp_path, make):
+    spec = ModelSpec(depth=4, width=16, heads=4, kv_heads=2, vocab_size=50, seq_len=8)
+    sched = make()
+    cfg = TrainConfig(batch_size=4, checkpoints=(0, 2, 3, 5), eval_steps=(0, 3, sched.total_steps))
+    val = _ids(6, seed=9)
+    full = train(build_model(spec, 0, torch.float64), sched, _ids(), cfg, val_ids=val, progress=False)
+    # "kill" after step 4: the latest checkpoint on disk is step 3
+    train(build_model(spec, 0, torch.float64), sched, _ids(), cfg, val_ids=val, run_dir=tmp_path,
+          stop_after=4, progress=False)
+    assert list_checkpoints(tmp_path) == [0, 2, 3]
+    resumed = train(build_model(spec, 0, torch.float64), sched, _ids(), cfg, val_ids=val, run_dir=tmp_path,
+                    progress=False)
+    assert _same(full.model, resumed.model)
+    assert [r["loss"] for r in full.log] == [r["loss"] for r in resumed.log]
+    assert [e["val_nll"] for e in full.evals] == [e["val_nll"] for e in resumed.evals]
+
+
+def test_checkpoint_format(tmp_path):
+    cfg = TrainConfig(batch_size=4, checkpoints=(0, 2))
+    train(build_model(SPEC, 0, torch.float64), growth.uniform(3, 2), _ids(), cfg, run_dir=tmp_path,
+          progress=False)
+    ck = tmp_path / "ckpt-000002"
+    weights = load_file(str(ck / "model.safetensors"))
+    opt = load_file(str(ck / "optimizer.safetensors"))
+    meta = json.loads((ck / "state.json").read_text())
+    assert meta["step"] == 2 and meta["model_config"]["num_hidden_layers"] == 3
+    assert "model.layers.0.self_attn.q_proj.weight" in weights
+    assert "model.layers.0.self_attn.q_proj.weight::exp_avg" in opt
+    assert len(meta["log"]) == 2
+
+
+def test_ledger_sums_and_uniform_equivalence():
+    """Identity 12: phase sums equal the totals; a one-phase all-trainable schedule (with the
+    embedding) reproduces the uniform baseline's ledger."""
+    spec = ModelSpec(depth=4, width=16, heads=4, kv_heads=2, vocab_size=50, seq_len=8)
+    cfg = TrainConfig(batch_size=4)
+    g = train(build_model(spec, 0, torch.float64), growth.gtt([1.0, 3.0, -0.5, 0.2], 12), _ids(), cfg,
+              progress=False)
+    for k in ("steps", "tokens", "forward", "act_grad", "weight_grad", "flops"):
+        assert sum(r[k] for r in g.ledger) == g.totals[k]
+    assert g.totals["steps"] == 12 and g.totals["tokens"] == 12 * 4 * 8
+    one = growth.Schedule((growth.Phase((0, 1, 2, 3), 5, embed=True),), name="one")
+    a = train(build_model(spec, 0, torch.float64), one, _ids(), cfg, progress=False)
+    u = train(build_model(spec, 0, torch.float64), growth.uniform(4, 5), _ids(), cfg, progress=False)
+    for k in ("steps", "tokens", "forward", "act_grad", "weight_grad", "flops"):
+        assert a.totals[k] == u.totals[k]
+    assert _same(a.model, u.model)
+
+
+def test_bad_inputs_raise_clear_errors():
+    model = build_model(SPEC, 0, torch.float64)
+    with pytest.raises(ValueError, match="train_ids must be"):
+        train(model, growth.uniform(3, 1), torch.zeros(5, dtype=torch.long), TrainConfig(), progress=False)
+    with pytest.raises(ValueError, match="out of range"):
+        train(model, growth.uniform(4, 1), _ids(), TrainConfig(), progress=False)
+    with pytest.raises(ValueError, match="invalid ModelSpec"):
+        ModelSpec(depth=2, width=10, heads=4).config()
