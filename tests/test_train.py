@@ -22,7 +22,6 @@ from layerlab.train import (
 )
 
 
-
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     """Tiny models train much faster single-threaded (and do not fight other processes)."""

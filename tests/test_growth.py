@@ -1,0 +1,185 @@
+"""Growth schedules: freezing, identity growth, stacking, validation (anatomy spec 7, ids 10-12)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from layerlab import arch, growth
+from layerlab.growth import Phase, Schedule
+from layerlab.train import ModelSpec, TrainConfig, build_model, train
+
+SPEC = ModelSpec(depth=4, width=16, heads=4, kv_heads=2, ffn=32, vocab_size=50, seq_len=8)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _ids(n: int = 40, seed: int = 0) -> torch.Tensor:
+    return torch.randint(50, (n, 8), generator=torch.Generator().manual_seed(seed))
+
+
+def _blk(model, layer):
+    return arch.view(model).blocks[layer].block
+
+
+def _block_params(model, layer):
+    return {k: v.detach().clone() for k, v in arch.view(model).blocks[layer].block.state_dict().items()}
+
+
+def test_frozen_layers_bit_identical_and_no_optimizer_state():
+    """Identity 10: frozen parameters are bitwise unchanged (weight decay cannot touch them) and
+    have no optimiser state; trained ones change."""
+    model = build_model(SPEC, 0, torch.float64)
+    before = {i: _block_params(model, i) for i in range(4)}
+    emb = arch.view(model).embed.weight.detach().clone()
+    sched = Schedule((Phase((1, 3), 5, lr=1e-2, embed=False),), name="frozen-test")
+    res = train(model, sched, _ids(), TrainConfig(batch_size=4, weight_decay=0.5), progress=False)
+    for i in (0, 2):
+        after = _block_params(model, i)
+        assert all(torch.equal(before[i][k], after[k]) for k in after), f"frozen layer {i} changed"
+    assert torch.equal(emb, arch.view(model).embed.weight)
+    for i in (1, 3):
+        after = _block_params(model, i)
+        assert not torch.equal(before[i]["self_attn.q_proj.weight"], after["self_attn.q_proj.weight"])
+    state_ids = {id(p) for p in res.optimizer.state}
+    frozen = [*_blk(model, 0).parameters(), *_blk(model, 2).parameters(),
+              arch.view(model).embed.weight]
+    assert not any(id(p) in state_ids for p in frozen)
+    assert all(id(p) in state_ids for p in _blk(model, 1).parameters())
+
+
+def test_frozen_mask_gets_no_weight_gradients():
+    model = build_model(SPEC, 0, torch.float64)
+    growth.set_trainable(model, Phase((2,), 1, embed=False))
+    x = _ids(2)
+    model(input_ids=x).logits.sum().backward()
+    assert all(p.grad is None for p in _blk(model, 0).parameters())
+    assert all(p.grad is not None for p in _blk(model, 2).parameters())
+    assert arch.view(model).embed.weight.grad is None
+
+
+def test_identity_growth_is_function_preserving_bitwise():
+    """Identity 11: in true growth, activating a layer with identity init leaves the logits
+    bitwise unchanged at the moment of growth (float64)."""
+    model = build_model(SPEC, 0, torch.float64)
+    x = _ids(3)
+    with growth.only_layers(model, [0, 1]):
+        before = model(input_ids=x).logits
+    gen = torch.Generator().manual_seed(0)
+    for layer in (2, 3):
+        growth.apply_init(model, layer, Phase((2, 3), 1, init="identity"), {0, 1}, gen)
+    with growth.only_layers(model, [0, 1, 2, 3]):
+        after = model(input_ids=x).logits
+    assert torch.equal(before, after)
+    # and the skipped forward is really restored afterwards
+    assert "forward" not in _blk(model, 2).__dict__
+
+
+def test_identity_growth_inside_training_is_function_preserving():
+    """Same identity after real training of the shallow part: logits of the trained 2-layer model
+    equal those of the 4-layer model right after identity growth."""
+    sched = Schedule((Phase((0, 1), 3, embed=True), Phase((0, 1, 2, 3), 2, init="identity", embed=True)),
+                     mode="grow", name="identity-growth")
+    val = _ids(4, seed=5)
+    ref = build_model(SPEC, 0, torch.float64)
+    part = train(ref, Schedule(sched.phases[:1], mode="grow", name="p"), _ids(), TrainConfig(batch_size=4),
+                 progress=False)
+    with growth.only_layers(part.model, [0, 1]):
+        a = part.model(input_ids=val).logits
+    gen = torch.Generator().manual_seed(0)
+    for layer in (2, 3):
+        growth.apply_init(part.model, layer, sched.phases[1], {0, 1}, gen)
+    b = part.model(input_ids=val).logits
+    assert torch.equal(a, b)
+
+
+def test_stacking_copies_exactly_the_intended_layers():
+    sched = growth.stacking(4, 4)
+    model = build_model(SPEC, 0, torch.float64)
+    train(model, Schedule(sched.phases[:1], mode="grow", name="s"), _ids(), TrainConfig(batch_size=4),
+          progress=False)
+    lower = {i: _block_params(model, i) for i in range(2)}
+    gen = torch.Generator().manual_seed(0)
+    for layer in (2, 3):
+        growth.apply_init(model, layer, sched.phases[1], {0, 1}, gen)
+    for src, dst in ((0, 2), (1, 3)):
+        got = _block_params(model, dst)
+        assert all(torch.equal(lower[src][k], got[k]) for k in got)
+    assert not torch.equal(lower[0]["mlp.up_proj.weight"], lower[1]["mlp.up_proj.weight"])
+
+
+def test_scale_and_random_actions():
+    model = build_model(SPEC, 0, torch.float64)
+    o = _blk(model, 1).self_attn.o_proj.weight.detach().clone()
+    q = _blk(model, 1).self_attn.q_proj.weight.detach().clone()
+    gen = torch.Generator().manual_seed(0)
+    growth.apply_init(model, 1, Phase((1,), 1, init="scale", alpha=0.9), {0}, gen)
+    assert torch.equal(_blk(model, 1).self_attn.o_proj.weight, o * 0.9)
+    assert torch.equal(_blk(model, 1).self_attn.q_proj.weight, q)
+    growth.apply_init(model, 1, Phase((1,), 1, init="random"), {0}, gen)
+    w = _blk(model, 1).self_attn.q_proj.weight
+    assert not torch.equal(w, q)
+    assert abs(float(w.detach().std()) - model.config.initializer_range) < 0.01
+
+
+@pytest.mark.parametrize(
+    "phases,match",
+    [
+        ((Phase((0, 7), 3),), "out of range"),
+        ((Phase((0,), -1),), "positive integer"),
+        ((Phase((0,), 0),), "positive integer"),
+        ((Phase((0,), 2, init="grow"),), "unknown init action"),
+        ((Phase((0,), 2, lr=0),), "lr must be > 0"),
+        ((), "no phases"),
+    ],
+)
+def test_schedules_reject_impossible_specs(phases, match):
+    with pytest.raises(ValueError, match=match):
+        Schedule(phases, name="bad").validate(4)
+
+
+def test_schedule_rejects_bad_mode_and_copy_source():
+    with pytest.raises(ValueError, match="unknown schedule mode"):
+        Schedule((Phase((0,), 1),), mode="magic").validate(4)
+    bad = Schedule((Phase((1,), 1), Phase((0, 1), 1, init="copy")), mode="grow", name="copy")
+    with pytest.raises(ValueError, match="no active layer below"):
+        bad.validate(4)
+
+
+def test_map_profile_relative_depth():
+    imp = np.arange(30, dtype=float)
+    m = growth.map_profile(imp, 12)
+    assert m.shape == (12,)
+    # the spec's core L8-11 of 30 maps to layers 3-4 of 12: l' = round(l * 11 / 29)
+    assert {int(round(layer * 11 / 29)) for layer in range(8, 12)} == {3, 4}
+    assert np.all(np.diff(m) > 0)
+    assert np.array_equal(growth.map_profile([1.0, 2.0, 3.0], 3), np.array([1.0, 2.0, 3.0]))
+
+
+def test_gtt_schedule_structure():
+    imp = np.array([0.5, 0.2, 5.0, 4.0, 0.1, -0.3, 0.3, 0.4, 0.05, -0.1, 0.2, 1.0])
+    s = growth.gtt(imp, 120).validate(12)
+    assert [p.name for p in s.phases] == list(growth.GTT_PHASES)
+    assert s.total_steps == 120
+    assert set(s.phases[0].layers) == {2, 3}  # core = top 20% by importance
+    anti = {5, 9}
+    assert not anti & set().union(*(p.layers for p in s.phases[:5]))
+    assert set(s.phases[4].activate) == anti and s.phases[4].init == "scale"
+    assert set(s.phases[5].layers) == set(range(12))
+    covered = set().union(*(p.layers for p in s.phases[:4]))
+    assert covered == set(range(12)) - anti
+
+
+def test_mslt_trains_only_new_top_layers():
+    s = growth.mslt(4, 10).validate(4)
+    assert s.phases[0].layers == (0, 1) and s.phases[1].layers == (2, 3)
+    assert s.phases[1].copy_from == {2: 0, 3: 1} and s.phases[1].trains_embed() is False
+    assert s.phases[-1].layers == (0, 1, 2, 3)
+    assert s.total_steps == 10
