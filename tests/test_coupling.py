@@ -130,3 +130,18 @@ def test_bad_inputs():
         cp.cross_coupling(J, None, (2,)).get(3)
     with pytest.raises(ValueError, match="aggregation"):
         cp.offdiag_mean(torch.zeros(3, 3), "diagonal")
+
+
+def test_chapter_presets_and_fig1a_file():
+    from layerlab import coupling_chapter as ch
+
+    with pytest.raises(ValueError, match="unknown profile"):
+        ch.preset("laptop")
+    assert len(ch.preset("gpu").fig1a_models) == 28
+    fig = ch.fig1a_table()
+    assert len(fig) == 28 and fig["provenance"].notna().all()
+    known = fig.dropna(subset=["coupling"])
+    assert known["coupling"].between(0.889, 0.954).all()  # Fig. 1a range [paper]
+    for name in ("smoke", "cpu"):
+        p = ch.preset(name)
+        assert max(p.ks) <= 576 and p.n_prompts >= (16 if name == "cpu" else 1)

@@ -141,14 +141,15 @@ def depth_panels(model: torch.nn.Module, ids: Tensor, layers: list[int], k: int)
 
 
 def token_run(model: torch.nn.Module, ids: Tensor, layer_pair: tuple[int, int], n_tokens: int,
-              ks: tuple[int, ...], *, panel_k: int = 10, null_seed: int = 0) -> dict[str, Tensor]:
+              ks: tuple[int, ...], *, panel_k: int = 10, null_seed: int = 0, context: bool = True) -> dict[str, Tensor]:
     """Token-wise coupling (spec 3.3, 4.5) over the last ``n_tokens`` positions T of one prompt.
 
     self_*: diagonal Jacobians J^l_tt (t in T) at the two layers (within-layer and cross-layer T x T);
     out_*: context Jacobians J^l_{t1, t_last} for a fixed output token (t1 in T);
     in_*: J^l_{t_first, t2} for a fixed input token (t2 in T). ``*_m`` [len(ks), 2, 2, T, T];
     ``self_panels`` |A| at ``panel_k`` for the within-layer self-coupling grid; ``self_null_m`` the
-    spectrum-matched null of the first layer's stack.
+    spectrum-matched null of the first layer's stack. ``context=False`` skips out_*/in_* (the
+    context Jacobians cost a full-sequence pass with d cotangents/tangents each).
     """
     n = ids.shape[1]
     T = list(range(max(0, n - n_tokens), n))
@@ -160,12 +161,26 @@ def token_run(model: torch.nn.Module, ids: Tensor, layer_pair: tuple[int, int], 
     out["self_cross_m"] = cp.cross_coupling(J1, J2, ks).m.float()
     out["self_panels"] = cp.codiag_panels(J1, k=panel_k).float()
     out["self_null_m"] = cp.cross_coupling(cp.spectrum_matched_null(cp.svd(J1).s, seed=null_seed), None, ks).m.float()
+    if not context:
+        return out
     O1 = jac.output_token_jacobians(model, ids, n - 1, l1).double()[T]  # [T, d, d] over t1
     O2 = jac.output_token_jacobians(model, ids, n - 1, l2).double()[T]
     out["out_m"] = cp.cross_coupling(O1, O2, ks).m.float()
     I1 = jac.input_token_jacobians(model, ids, T[0], l1).double()  # [len(T), d, d] over t2
     I2 = jac.input_token_jacobians(model, ids, T[0], l2).double()
     out["in_m"] = cp.cross_coupling(I1, I2, ks).m.float()
+    return out
+
+
+def token_runs(model: torch.nn.Module, prompts: list[Tensor], label: str, layer_pair: tuple[int, int],
+               n_tokens: int, ks: tuple[int, ...], *, n_context: int = 1) -> list[dict[str, Tensor]]:
+    """:func:`token_run` for every prompt (context Jacobians on the first ``n_context``), cached per prompt."""
+    out = []
+    for i, ids in enumerate(prompts):
+        key = {"label": label, "ids": fingerprint(ids), "pair": list(layer_pair), "T": n_tokens, "ks": list(ks),
+               "context": i < n_context, "src": source_version()}
+        out.append(cached_tensors("coupling-tokens", key, lambda ids=ids, i=i: token_run(
+            model, ids, layer_pair, n_tokens, ks, context=i < n_context), lib_versioned=False))
     return out
 
 
@@ -181,7 +196,7 @@ def speed_check(model: torch.nn.Module, ids: Tensor, label: str, ref_layers: tup
         t0 = time.perf_counter()
         R = jac.reference_jacobians(model, ids, layers=layers)
         ref = (time.perf_counter() - t0) / len(layers)
-        return {"frozen_s_per_block": fast, "reference_s_per_block": ref, "ratio": ref / fast,
+        return {"label": label, "frozen_s_per_block": fast, "reference_s_per_block": ref, "ratio": ref / fast,
                 "rel_error": float((A - R).norm() / R.norm()), "tokens": int(ids.shape[1]),
                 "layers": layers, "threads": torch.get_num_threads()}
 
