@@ -100,7 +100,7 @@ def _mean_ci(x, seed: int = 0):
 
 
 def claims(*, trained: pd.DataFrame, init: pd.DataFrame, k: int, tokens: dict, family_stats: pd.DataFrame,
-           ckpt: pd.DataFrame, vit_rows: list[dict], speed: dict, coupling_col: str,
+           ckpt: pd.DataFrame, vit_rows: dict[str, list[dict]], speed: dict, coupling_col: str,
            model_note: str = "") -> list[Claim]:
     """The chapter's claim table from the experiment results (see the notebook for each input).
 
@@ -108,7 +108,7 @@ def claims(*, trained: pd.DataFrame, init: pd.DataFrame, k: int, tokens: dict, f
     and its random-init twins; tokens: token-wise self-coupling per prompt {"self", "self_null",
     "self_init"} (trained, its spectrum-matched null, the random-init twin);
     family_stats: :func:`layerlab.coupling_runs.predictor_stats` of held-out NLL; ckpt: checkpoint
-    table; vit_rows: :func:`layerlab.vit.vit_coupling_curve`; speed: :func:`speed_check`.
+    table; vit_rows: {dataset: :func:`layerlab.vit.vit_coupling_curve`}; speed: :func:`speed_check`.
     """
     out: list[Claim] = []
     col = f"C_l2@{k}"
@@ -157,7 +157,7 @@ def claims(*, trained: pd.DataFrame, init: pd.DataFrame, k: int, tokens: dict, f
 
 
 def _tail(out: list[Claim], trained: pd.DataFrame, init: pd.DataFrame, k: int, ckpt: pd.DataFrame,
-          vit_rows: list[dict], speed: dict, coupling_col: str) -> list[Claim]:
+          vit_rows: dict[str, list[dict]], speed: dict, coupling_col: str) -> list[Claim]:
     """Claims C6-C10 and the speed goal (see :func:`claims`)."""
     if len(ckpt):
         first, last = ckpt["step"].min(), ckpt["step"].max()
@@ -179,16 +179,20 @@ def _tail(out: list[Claim], trained: pd.DataFrame, init: pd.DataFrame, k: int, c
                      "layer-wise exponential growth", "paper", ci.estimate, ci.low, ci.high,
                      f"random init slope {init['step_slope'].mean():.3f}", verdict_from_ci(ci.low, ci.high),
                      f"R^2 of the log-linear fit {trained['step_r2'].mean():.2f}; expodistance formula unknown"))
-    if vit_rows:
-        v = pd.DataFrame(vit_rows)
-        vcol = [c for c in v.columns if c.startswith("last:C_l2@")][-1]
-        from .stats import spearman
+    from .stats import spearman
 
-        sp = spearman(v[vcol], v["test_acc"], method="bootstrap") if len(v) >= 4 else None
-        if sp is not None:
-            out.append(Claim("C10", "ViT coupling rises with test accuracy over checkpoints", "unknown", "paper",
-                             sp.r, sp.low, sp.high, f"{len(v)} checkpoints, last patch token",
-                             verdict_from_ci(sp.low, sp.high), "Spearman over checkpoints of one run"))
+    for dataset, rows in vit_rows.items():
+        v = pd.DataFrame(rows)
+        vcol = [c for c in v.columns if c.startswith("last:C_l2@")][-1]
+        if len(v) < 4:
+            continue
+        sp = spearman(v[vcol], v["test_acc"], method="bootstrap")
+        ok = np.isfinite(sp.low) and np.isfinite(sp.high)
+        out.append(Claim(f"C10 ({dataset})", "ViT coupling rises with test accuracy over checkpoints", "unknown",
+                         "paper", sp.r, sp.low if ok else None, sp.high if ok else None,
+                         f"{len(v)} checkpoints, last patch token",
+                         verdict_from_ci(sp.low, sp.high) if ok else "inconclusive",
+                         "Spearman over the checkpoints of one training run"))
     goal_setting = speed.get("label") == "smollm2-135m" and speed["tokens"] >= 64
     verdict = ("supported" if speed["ratio"] >= 20 else "not supported") if goal_setting else "inconclusive"
     out.append(Claim("S1", "frozen-context Jacobian is >= 20x faster than the authors' reference",

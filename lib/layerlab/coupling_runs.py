@@ -118,6 +118,9 @@ def summarise(run: dict[str, Any], aggregation: str = "offdiag") -> pd.DataFrame
         row["lss_last"] = float(r["lss"][-1])
         row["lss_median"] = float(torch.nanmedian(r["lss"][1:]))  # position 0 flagged: excluded
         row.update(tr.spacing_from_norms(r["delta"].double(), r["norms"].double()))
+        L = r["s_top"].shape[0]
+        fit = tr.inverse_top_sv_fit(r["s_top"].double(), start=min(10, L // 3))
+        row["inv_s1_slope"], row["inv_s1_r2"] = fit["slope"], fit["r2"]
         row["lin_cos"] = float(r["lin_cos"])
         row["min_gap"] = float(r["gap"].min())
         row["jacobian_seconds"] = float(r["seconds"])
