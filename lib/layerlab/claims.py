@@ -1,0 +1,139 @@
+"""Claim tables: every chapter ends with one, generated from its results.
+
+A :class:`Claim` pairs a paper's claim (with its provenance tag: ``paper``, ``secondary``,
+``reconstructed``, ``environment`` for facts about this environment, ``identity`` for exact
+mathematical identities) with our estimate, its 95% CI, the null model or control it is compared
+with, and a verdict from a fixed vocabulary (:data:`VERDICTS`). The verdict helpers turn CIs into
+verdicts with one explicit rule each, so the rule is visible in the code that builds the table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+__all__ = [
+    "COLUMNS",
+    "Claim",
+    "TAGS",
+    "VERDICTS",
+    "claim_table",
+    "fmt",
+    "verdict_from_ci",
+    "verdict_identity",
+    "verdict_within",
+]
+
+VERDICTS = ("supported", "not supported", "contradicted", "inconclusive", "not testable offline")
+TAGS = ("paper", "secondary", "reconstructed", "environment", "identity")
+COLUMNS = ["id", "claim", "tag", "paper", "ours", "95% CI", "null / control", "verdict"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One row of a chapter's claim table.
+
+    id: short stable id (e.g. "R1"); claim: the statement tested; paper: what the source says (a
+    number or a phrase); tag: provenance of ``paper`` (one of :data:`TAGS`); ours: our estimate (None
+    when not testable); ci_low/ci_high: its 95% CI; null: the null model / control and its value;
+    verdict: one of :data:`VERDICTS`; note: caveats (protocol differences, offline model).
+    """
+
+    id: str
+    claim: str
+    paper: str
+    tag: str
+    ours: float | None
+    ci_low: float | None
+    ci_high: float | None
+    null: str
+    verdict: str
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        tag = self.tag.strip("[]")
+        if tag not in TAGS:
+            raise ValueError(f"claim {self.id}: unknown tag {self.tag!r}; use one of {', '.join(TAGS)}")
+        object.__setattr__(self, "tag", tag)
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"claim {self.id}: unknown verdict {self.verdict!r}; use one of {VERDICTS}")
+        if (self.ci_low is None) != (self.ci_high is None):
+            raise ValueError(f"claim {self.id}: give both ci_low and ci_high, or neither")
+        if self.ci_low is not None and self.ci_high is not None and self.ci_low > self.ci_high:
+            raise ValueError(f"claim {self.id}: ci_low {self.ci_low} > ci_high {self.ci_high}")
+        if self.ours is None and self.verdict not in ("not testable offline", "inconclusive"):
+            raise ValueError(f"claim {self.id}: no estimate, so the verdict must be 'not testable offline' "
+                             "or 'inconclusive'")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    """Compact number formatting for tables (``digits`` significant digits; '—' for None/NaN)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    x = float(x)
+    return f"{x:.0f}" if 10**digits <= abs(x) < 1e6 else f"{x:.{digits}g}"
+
+
+def claim_table(claims: Iterable[Claim], digits: int = 3) -> pd.DataFrame:
+    """DataFrame with :data:`COLUMNS` (+ ``note`` when any claim has one), one row per claim."""
+    claims = list(claims)
+    if not claims:
+        raise ValueError("claim_table needs at least one Claim")
+    ids = [c.id for c in claims]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"claim ids must be unique, got {ids}")
+    rows = []
+    for c in claims:
+        ci = "—" if c.ci_low is None else f"[{fmt(c.ci_low, digits)}, {fmt(c.ci_high, digits)}]"
+        row = {"id": c.id, "claim": c.claim, "tag": f"[{c.tag}]", "paper": c.paper,
+               "ours": fmt(c.ours, digits), "95% CI": ci, "null / control": c.null, "verdict": c.verdict}
+        if any(x.note for x in claims):
+            row["note"] = c.note
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def verdict_from_ci(low: float, high: float, direction: str = "greater", threshold: float = 0.0,
+                    min_effect: float = 0.0) -> str:
+    """Verdict for a directional claim "the effect is > threshold" (``direction="greater"``) or
+    "< threshold" (``"less"``), given the effect's CI [low, high].
+
+    supported: the CI lies beyond ``threshold`` in the claimed direction; contradicted: it lies beyond
+    it in the opposite direction; not supported: the CI excludes every effect larger than
+    ``min_effect`` in the claimed direction (needs ``min_effect > 0``); inconclusive otherwise.
+    """
+    if low > high:
+        raise ValueError(f"low {low} > high {high}")
+    if direction == "less":
+        low, high, threshold = -high, -low, -threshold
+    elif direction != "greater":
+        raise ValueError(f"direction must be 'greater' or 'less', got {direction!r}")
+    if low > threshold:
+        return "supported"
+    if high < threshold:
+        return "contradicted"
+    if min_effect > 0 and high < threshold + min_effect:
+        return "not supported"
+    return "inconclusive"
+
+
+def verdict_within(low: float, high: float, band: tuple[float, float]) -> str:
+    """Verdict for "the value lies in ``band``": supported if the CI is inside the band, not supported if
+    the CI and the band are disjoint, inconclusive if they overlap partly."""
+    lo, hi = band
+    if lo <= low and high <= hi:
+        return "supported"
+    if high < lo or low > hi:
+        return "not supported"
+    return "inconclusive"
+
+
+def verdict_identity(max_abs_error: float, tol: float) -> str:
+    """Verdict for an exact identity checked numerically: supported iff the max |error| <= ``tol``."""
+    return "supported" if max_abs_error <= tol else "contradicted"

@@ -1,0 +1,67 @@
+import math
+
+import pytest
+
+from layerlab import claims
+from layerlab.claims import Claim
+
+
+def _claim(**kw):
+    base = dict(id="C1", claim="x > 0", paper="x > 0", tag="[reconstructed]", ours=1.0, ci_low=0.5,
+                ci_high=1.5, null="random init: 0.0", verdict="supported")
+    base.update(kw)
+    return Claim(**base)
+
+
+def test_table_columns_and_formatting():
+    rows = [_claim(), _claim(id="C2", ours=None, ci_low=None, ci_high=None, verdict="not testable offline",
+                             note="needs the base model")]
+    df = claims.claim_table(rows)
+    assert list(df.columns) == [*claims.COLUMNS, "note"]
+    assert df.loc[0, "tag"] == "[reconstructed]"
+    assert df.loc[0, "95% CI"] == "[0.5, 1.5]"
+    assert df.loc[1, "ours"] == "—" and df.loc[1, "95% CI"] == "—"
+    assert list(claims.claim_table([_claim()]).columns) == claims.COLUMNS
+
+
+def test_claim_validation():
+    with pytest.raises(ValueError, match="verdict"):
+        _claim(verdict="true")
+    with pytest.raises(ValueError, match="tag"):
+        _claim(tag="rumour")
+    with pytest.raises(ValueError, match="ci_low"):
+        _claim(ci_low=2.0, ci_high=1.0)
+    with pytest.raises(ValueError, match="both"):
+        _claim(ci_high=None)
+    with pytest.raises(ValueError, match="unique"):
+        claims.claim_table([_claim(), _claim()])
+
+
+@pytest.mark.parametrize(
+    "low, high, direction, min_effect, expected",
+    [
+        (0.1, 0.3, "greater", 0, "supported"),
+        (-0.3, -0.1, "greater", 0, "contradicted"),
+        (-0.1, 0.3, "greater", 0, "inconclusive"),
+        (-0.01, 0.01, "greater", 0.05, "not supported"),
+        (-0.3, -0.1, "less", 0, "supported"),
+        (0.1, 0.3, "less", 0, "contradicted"),
+    ],
+)
+def test_verdict_from_ci(low, high, direction, min_effect, expected):
+    assert claims.verdict_from_ci(low, high, direction, 0.0, min_effect) == expected
+
+
+def test_verdict_within_and_identity():
+    assert claims.verdict_within(30, 36, (20, 50)) == "supported"
+    assert claims.verdict_within(60, 70, (20, 50)) == "not supported"
+    assert claims.verdict_within(45, 55, (20, 50)) == "inconclusive"
+    assert claims.verdict_identity(1e-12, 1e-8) == "supported"
+    assert claims.verdict_identity(1e-3, 1e-8) == "contradicted"
+
+
+def test_fmt():
+    assert claims.fmt(None) == "—"
+    assert claims.fmt(math.nan) == "—"
+    assert claims.fmt(34.123) == "34.1"
+    assert claims.fmt(1.5e-6) == "1.5e-06"

@@ -1,0 +1,101 @@
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from layerlab import data, lens, perplexity
+from layerlab.models import byte_tokenizer, tiny_model
+from layerlab.profiles import select
+from layerlab.residual import contributions, lens_logits, run_with_capture
+
+
+@pytest.fixture(scope="module")
+def windows():
+    return data.token_windows(byte_tokenizer(), "test", window=24, max_tokens=23 * 6, seed=0)
+
+
+def _resid(model, ids):
+    _, cap = run_with_capture(model, ids, ("embed", "block_out"))
+    return torch.cat([cap["embed"][None], cap["block_out"]])  # [L+1, B, T, d]
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt2"])
+def test_lens_nll_matches_the_generic_lens_and_the_model(family):
+    model = tiny_model(family, seed=0)  # float64
+    ids = torch.randint(0, 256, (2, 10), generator=torch.Generator().manual_seed(1))
+    resid = _resid(model, ids)[:, :, :-1].flatten(1, 2)  # [L+1, P, d]
+    targets = ids[:, 1:].flatten()
+    rec, fro = lens.lens_nll(model, resid, resid[-1], targets)
+    rec_slow, fro_slow = lens.lens_nll(model, resid, resid[-1], targets, fast=False)
+    torch.testing.assert_close(rec, rec_slow, rtol=0, atol=1e-10)
+    torch.testing.assert_close(fro, fro_slow, rtol=0, atol=1e-10)
+    for k in (0, resid.shape[0] // 2):
+        ref = F.cross_entropy(lens_logits(model, resid[k], mode="frozen", ref=resid[-1]), targets, reduction="none")
+        torch.testing.assert_close(fro[k], ref.detach(), rtol=0, atol=1e-10)
+    # at the last depth both lenses are the model itself
+    model_nll = perplexity.token_nll(model, ids).flatten()
+    torch.testing.assert_close(rec[-1], model_nll, rtol=0, atol=1e-10)
+    torch.testing.assert_close(fro[-1], model_nll, rtol=0, atol=1e-10)
+
+
+def test_frozen_lens_is_the_sum_of_member_logits():
+    """Kamigaito et al. Eq. 1: frozen lens at depth k = sum of the first k+1 layer members' logits."""
+    model = tiny_model("llama", seed=2)
+    ids = torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(2))
+    resid = _resid(model, ids)[:, 0]  # [L+1, T, d]
+    c = contributions(model, ids, level="layer")
+    partial = c.member_logits()[0].cumsum(dim=1) + c.bias()  # [T, M, V]: embed, +block0, ...
+    targets = ids[0, 1:]
+    _, fro = lens.lens_nll(model, resid[:, :-1], resid[-1, :-1], targets)
+    for k in range(resid.shape[0]):
+        direct = F.cross_entropy(partial[:-1, k], targets, reduction="none")
+        torch.testing.assert_close(fro[k], direct.detach(), rtol=0, atol=1e-10)
+
+
+def test_analyze_identities_and_definitions(windows, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERLAB_CACHE", str(tmp_path))
+    model = tiny_model("llama", seed=0)
+    res = lens.analyze(model, windows, lens_positions=5, batch_size=4, n_boot=100,
+                       cache_key={"model": "tiny-llama", "seed": 0})
+    L = 4
+    P = len(windows) * 5
+    assert res.nll_recompute.shape == (L + 1, P) and res.norm.shape == (L + 1, P)
+    assert res.update_ratio.shape == (L, P) and res.window_of.shape == (P,)
+    assert res.max_abs_logit_err < 1e-10
+    np.testing.assert_allclose(res.nll_recompute[-1], res.model_nll, atol=1e-10, rtol=0)
+    np.testing.assert_allclose(res.nll_frozen[-1], res.model_nll, atol=1e-10, rtol=0)
+    # perplexity from the same pass equals the standalone evaluation
+    ref = perplexity.evaluate(model, windows, n_boot=100)
+    np.testing.assert_allclose(res.perplexity.window_nll, ref.window_nll, atol=1e-9, rtol=0)
+    assert res.perplexity.ppl.estimate == pytest.approx(ref.ppl.estimate, rel=1e-12)
+    # norms and update ratios are what they say, on one window
+    w0 = windows.input_ids[:1]
+    h = _resid(model, w0)[:, 0]  # [L+1, T, d]
+    norms = h.norm(dim=-1)  # [L+1, T]
+    assert (res.window_of[:5] == 0).all()
+    np.testing.assert_allclose(res.norm[:, :5], norms[:, res.position[:5]].numpy(), rtol=1e-12)
+    ratio = (h[1:] - h[:-1]).norm(dim=-1) / norms[:-1]  # [L, T]
+    np.testing.assert_allclose(res.update_ratio[:, :5], ratio[:, res.position[:5]].numpy(), rtol=1e-12)
+    assert np.isclose(res.norm[0].mean(), res.norm_curve(n_boot=50)["norm"][0])
+    curve = res.lens_curve(n_boot=50)
+    assert set(curve["variant"]) == {"recompute", "frozen"} and len(curve) == 2 * (L + 1)
+    assert (curve["low"] <= curve["nll"]).all() and (curve["nll"] <= curve["high"]).all()
+    # cached: identical arrays on a second call, no recomputation needed
+    again = lens.analyze(model, windows, lens_positions=5, batch_size=4, n_boot=100,
+                         cache_key={"model": "tiny-llama", "seed": 0})
+    assert np.array_equal(again.nll_frozen, res.nll_frozen)
+    assert list(tmp_path.glob("lens/*.safetensors"))
+
+
+def test_presets_and_errors(windows):
+    assert select(lens.PRESETS, "smoke").model.startswith("tiny-")
+    assert select(lens.PRESETS, "cpu").model == "smollm2-135m" and lens.PRESETS["cpu"].eval_tokens >= 16_000
+    assert lens.PRESETS["gpu"].eval_tokens >= 1_000_000 and lens.PRESETS["gpu"].device == "cuda"
+    with pytest.raises(ValueError, match="profile"):
+        select(lens.PRESETS, "laptop")
+    model = tiny_model("llama", seed=0)
+    with pytest.raises(ValueError, match="lens_positions"):
+        lens.analyze(model, windows, lens_positions=0)
+    res = lens.analyze(model, windows, lens_positions=2, n_boot=50)
+    with pytest.raises(ValueError, match="eval_tokens"):
+        lens.subset_perplexity(res, windows, "no/such-doc")
