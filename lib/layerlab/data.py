@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import weakref
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -189,10 +190,20 @@ def _tokenizer_name(tokenizer: Any) -> str:
     return f"{getattr(tokenizer, 'name_or_path', '') or type(tokenizer).__name__}|V{len(tokenizer)}"
 
 
-def _encode(tokenizer: Any, text: str) -> tuple[list[int], list[int]]:
-    """Token ids and the character end offset of each token (no special tokens)."""
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    return list(enc["input_ids"]), [int(e) for _, e in enc["offset_mapping"]]
+_ENCODED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {doc key: encoding}
+
+
+def _encode(tokenizer: Any, doc: Document) -> tuple[list[int], list[int]]:
+    """Token ids and the character end offset of each token (no special tokens), memoised per tokenizer."""
+    try:
+        memo = _ENCODED.setdefault(tokenizer, {})
+    except TypeError:  # tokenizer not weak-referenceable: no memo
+        memo = {}
+    key = (doc.id, hashlib.sha1(doc.text.encode()).hexdigest())
+    if key not in memo:
+        enc = tokenizer(doc.text, add_special_tokens=False, return_offsets_mapping=True)
+        memo[key] = (list(enc["input_ids"]), [int(e) for _, e in enc["offset_mapping"]])
+    return memo[key]
 
 
 def token_windows(tokenizer: Any, split: str = "test", *, window: int = 256, stride: int | None = None,
@@ -218,7 +229,7 @@ def token_windows(tokenizer: Any, split: str = "test", *, window: int = 256, str
     rows, doc_ids, starts, n_bytes = [], [], [], []
     docs = corpus(split, sources=sources)
     for doc in docs:
-        ids, ends = _encode(tokenizer, doc.text)
+        ids, ends = _encode(tokenizer, doc)
         raw = doc.text.encode("utf-8")
         char_to_byte = None
         for s in range(0, len(ids) - n_text + 1, step):
