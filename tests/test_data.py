@@ -2,6 +2,7 @@ import csv
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -95,6 +96,9 @@ def test_forced_bos_and_max_tokens(tok):
     other = data.token_windows(tok, "test", window=32, bos=True, max_tokens=310, seed=2)
     assert torch.equal(w.input_ids, again.input_ids) and w.fingerprint() == again.fingerprint()
     assert not torch.equal(w.input_ids, other.input_ids)
+    sub = w.subset([0, 3])
+    assert torch.equal(sub.input_ids, w.input_ids[[0, 3]]) and sub.doc_ids == [w.doc_ids[0], w.doc_ids[3]]
+    assert len(w.subset(np.arange(len(w)) % 2 == 0)) == 5 and sub.fingerprint() != w.fingerprint()
     keys = list(zip(w.doc_ids, w.starts.tolist()))
     assert keys == sorted(keys)  # kept in corpus order (documents sorted by id, then position)
 

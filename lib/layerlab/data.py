@@ -180,6 +180,15 @@ class TokenWindows:
     def total_bytes(self) -> int:
         return int(self.n_bytes.sum())
 
+    def subset(self, index: Any) -> TokenWindows:
+        """The windows at ``index`` (ints or a boolean mask over windows), same protocol."""
+        idx = torch.as_tensor(np.flatnonzero(np.asarray(index)) if np.asarray(index).dtype == bool
+                              else np.asarray(index), dtype=torch.long)
+        if idx.numel() == 0:
+            raise ValueError("empty window subset")
+        return TokenWindows(self.input_ids[idx], [self.doc_ids[i] for i in idx.tolist()], self.starts[idx],
+                            self.n_bytes[idx], {**self.protocol, "subset": idx.tolist()})
+
     def fingerprint(self) -> str:
         from .cache import fingerprint
 
