@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .arch import view
 from .data import TokenWindows

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .data import TokenWindows
 from .stats import CI, bootstrap_ci
