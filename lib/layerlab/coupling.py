@@ -211,10 +211,9 @@ def neighbour_ratio(mat: Tensor) -> float:
 def haar_orthogonal(d: int, *, n: int = 1, seed: int = 0, dtype: torch.dtype = torch.float64) -> Tensor:
     """n Haar-random orthogonal d x d matrices (QR of a Gaussian with the sign fix of Mezzadri 2007)."""
     g = torch.Generator().manual_seed(seed)
-    Z = torch.randn(n, d, d, generator=g, dtype=torch.float64)
+    Z = torch.randn(n, d, d, generator=g, dtype=torch.float64).to(dtype)  # same draw for every dtype
     Q, R = torch.linalg.qr(Z)
-    Q = Q * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1))[:, None, :]
-    return Q.to(dtype)  # [n, d, d]
+    return Q * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1))[:, None, :]  # [n, d, d]
 
 
 def spectrum_matched_null(s: Tensor, *, seed: int = 0) -> Tensor:
@@ -234,12 +233,21 @@ def rotation_null(J: Tensor, *, seed: int = 0) -> Tensor:
     return Q @ J @ Q.transpose(-1, -2)
 
 
-def null_coupling(J: Tensor, ks: Sequence[int] = K_DEFAULT, *, seed: int = 0) -> dict[str, CouplingMatrices]:
+def null_coupling(J: Tensor, ks: Sequence[int] = K_DEFAULT, *, seed: int = 0,
+                  svd_J: SVD | None = None) -> dict[str, CouplingMatrices]:
     """Depth coupling of the spectrum-matched null stack and of the rotation null pairs
-    (m(J_i, Q_j J_j Q_j^T): every layer's basis rotated independently)."""
+    (m(J_i, Q_j J_j Q_j^T): every layer's basis rotated independently). The nulls' SVDs are known
+    in closed form (Q1 diag(s) Q2^T; Q U diag(s) (Q V)^T), so no extra SVD is computed."""
     J = _check_stack(J)
-    S = svd(J)
+    S = svd_J if svd_J is not None else svd(J)
+    N, d = S.s.shape
+    Q = haar_orthogonal(d, n=3 * N, seed=seed, dtype=J.dtype)
+    Q1, Q2, Q3 = Q[:N], Q[N : 2 * N], Q[2 * N :]
+    spec = SVD(Q1, S.s, Q2.transpose(-1, -2))
+    J_spec = Q1 @ torch.diag_embed(S.s) @ Q2.transpose(-1, -2)  # [N, d, d]
+    rot = SVD(Q3 @ S.U, S.s, S.Vh @ Q3.transpose(-1, -2))
+    J_rot = Q3 @ J @ Q3.transpose(-1, -2)
     return {
-        "spectrum": cross_coupling(spectrum_matched_null(S.s, seed=seed), None, ks),
-        "rotation": cross_coupling(J, rotation_null(J, seed=seed), ks, rows_svd=S),
+        "spectrum": cross_coupling(J_spec, None, ks, rows_svd=spec, cols_svd=spec),
+        "rotation": cross_coupling(J, J_rot, ks, rows_svd=S, cols_svd=rot),
     }

@@ -61,7 +61,7 @@ def prompt_result(model: torch.nn.Module, ids: Tensor, ks: tuple[int, ...], *, n
     with ``nulls``: m_spectrum / m_rotation (spec 5) and m_compat (authors' endpoints).
     """
     t0 = time.perf_counter()
-    J = jac.frozen_context_jacobians(model, ids).double()  # [L, d, d]
+    J = jac.frozen_context_jacobians(model, ids)  # [L, d, d], model dtype (fp32 runs, spec 3.8)
     seconds = time.perf_counter() - t0
     S = cp.svd(J)
     out = {"m": cp.cross_coupling(J, None, ks, rows_svd=S).m.float()}
@@ -73,13 +73,13 @@ def prompt_result(model: torch.nn.Module, ids: Tensor, ks: tuple[int, ...], *, n
     out["lss"] = tr.line_shape_score(x).float()
     out["delta"] = tr.steps(x[-1]).norm(dim=-1).float()
     out["norms"] = x[-1].norm(dim=-1).float()
-    out["lin_cos"] = torch.tensor([tr.linearisation_cosine(J, x[-1, 0], x[-1, -1])])
+    out["lin_cos"] = torch.tensor([tr.linearisation_cosine(J.double(), x[-1, 0], x[-1, -1])])
     out["seconds"] = torch.tensor([seconds])
     if nulls:
-        nm = cp.null_coupling(J, ks, seed=null_seed)
+        nm = cp.null_coupling(J, ks, seed=null_seed, svd_J=S)
         out["m_spectrum"], out["m_rotation"] = nm["spectrum"].m.float(), nm["rotation"].m.float()
         Jc = J.clone()
-        Jc[-1] = jac.frozen_context_jacobians(model, ids, layers=[J.shape[0] - 1], authors_compat=True)[0].double()
+        Jc[-1] = jac.frozen_context_jacobians(model, ids, layers=[J.shape[0] - 1], authors_compat=True)[0]
         out["m_compat"] = cp.cross_coupling(Jc, None, ks).m.float()
     return out
 
@@ -307,3 +307,29 @@ def predictor_stats(df: pd.DataFrame, y: str, predictors: list[str], *, n_boot: 
                         "spearman": sp.r, "spearman_low": sp.low, "spearman_high": sp.high})
         out.append(row)
     return pd.DataFrame(out)
+
+
+def incremental_r2(df: pd.DataFrame, y: str, base: list[str], extra: list[str], *, n_boot: int = 2000,
+                   seed: int = 0) -> dict[str, float]:
+    """Does ``extra`` (e.g. coupling) add to ``base`` (e.g. training loss)? OLS R^2 of y on base and on
+    base + extra, and the gain with a percentile-bootstrap CI (models resampled, both fits redone).
+    Spec section 5 (C4/C5): coupling and held-out loss both move with training."""
+    from .stats import bootstrap_ci
+
+    yv = df[y].to_numpy(float)
+    Xb, Xf = df[base].to_numpy(float), df[base + extra].to_numpy(float)
+
+    def r2(X: np.ndarray, idx: np.ndarray) -> float:
+        A = np.column_stack([np.ones(len(idx)), X[idx]])
+        coef, *_ = np.linalg.lstsq(A, yv[idx], rcond=None)
+        res = yv[idx] - A @ coef
+        sst = ((yv[idx] - yv[idx].mean()) ** 2).sum()
+        return float(1 - (res**2).sum() / sst) if sst > 0 else float("nan")
+
+    n = len(df)
+    if n < len(base) + len(extra) + 3:
+        return {"r2_base": float("nan"), "r2_full": float("nan"), "gain": float("nan"), "gain_low": float("nan"),
+                "gain_high": float("nan"), "n": n}
+    ci = bootstrap_ci(np.arange(n), lambda i: r2(Xf, i.astype(int)) - r2(Xb, i.astype(int)), n_boot=n_boot, seed=seed)
+    return {"r2_base": r2(Xb, np.arange(n)), "r2_full": r2(Xf, np.arange(n)), "gain": ci.estimate,
+            "gain_low": ci.low, "gain_high": ci.high, "n": n}
