@@ -168,20 +168,28 @@ class Family(list):
 
     def val_windows(self):
         """The held-out windows [N, T] every ``heldout_nll`` is measured on."""
-        return _windows(self.tokenizer, "validation", self.preset, self.root)
+        return _windows(self.tokenizer, "validation", self.preset)
 
 
-def _windows(tokenizer, split: str, preset: FamilyPreset, root: Path) -> torch.Tensor:
+def _windows(tokenizer, split: str, preset: FamilyPreset) -> torch.Tensor:
     from . import data
 
     max_tokens = preset.val_tokens if split == "validation" else None
-    key = {"split": split, "seq": preset.seq_len, "max_tokens": max_tokens, "tok": root.name}
+    key = {"split": split, "seq": preset.seq_len, "max_tokens": max_tokens,
+           "tok": fingerprint(tokenizer.get_vocab())}
 
     def compute():
         w = data.token_windows(tokenizer, split, window=preset.seq_len, max_tokens=max_tokens, seed=0)
         return {"input_ids": w.input_ids}
 
     return cached_tensors("family-windows", key, compute, lib_versioned=False)["input_ids"]
+
+
+def family_windows(profile: str, split: str) -> torch.Tensor:
+    """Token windows [N, seq_len] of ``split`` under the family protocol of ``profile`` (cached):
+    all ``train`` windows; the ``validation`` subset every ``heldout_nll`` is measured on."""
+    preset = profiles.select(PRESETS, profile)
+    return _windows(family_tokenizer(profile), split, preset)
 
 
 def family_tokenizer(profile: str):
@@ -222,8 +230,8 @@ def get_family(profile: str, *, progress: bool = False, train_missing: bool = Tr
             f"call get_family({profile!r}) to train them"
         )
     if missing:
-        _windows(tok, "train", preset, root)  # tokenise once, before the workers start
-        _windows(tok, "validation", preset, root)
+        _windows(tok, "train", preset)  # tokenise once, before the workers start
+        _windows(tok, "validation", preset)
         workers = default_workers() if workers is None else workers
         if workers <= 1 or len(missing) == 1:
             for ms in missing:
@@ -253,8 +261,8 @@ def _train_one(profile: str, ms: MemberSpec, root: Path, progress: bool, threads
     preset = PRESETS[profile]
     tok = family_tokenizer(profile)
     spec = _member_spec(preset, ms, len(tok))
-    train_ids = _windows(tok, "train", preset, root)
-    val_ids = _windows(tok, "validation", preset, root)
+    train_ids = _windows(tok, "train", preset)
+    val_ids = _windows(tok, "validation", preset)
     _train_member(preset, ms, spec, train_ids, val_ids, root / ms.name, progress)
     return ms.name
 

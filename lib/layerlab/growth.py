@@ -313,17 +313,19 @@ def gtt(
     if counts[-1] <= 0:
         raise ValueError(f"steps={steps} is too small for six phases")
     phases = []
+    so_far: set[int] = set()
     for k, (tier, c, name) in enumerate(zip(tiers, counts, GTT_PHASES)):
         init = "scale" if k == 4 else "keep"
+        so_far |= tier
         phases.append(
             Phase(
-                tuple(sorted(tier)) if tier else tuple(sorted(normal)),
+                tuple(int(i) for i in sorted(tier or so_far)),  # an empty tier keeps training what is active
                 c,
                 lr=lr,
                 warmup=min(warmup, c - 1) if k == 0 else 0,
                 init=init if anti else "keep",
                 alpha=alpha,
-                activate=tuple(sorted(anti)) if k == 4 else (),
+                activate=tuple(int(i) for i in sorted(anti)) if k == 4 else (),
                 name=name,
             )
         )

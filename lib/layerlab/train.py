@@ -95,6 +95,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     checkpoints: tuple[int, ...] = ()  # steps (after that many updates) to save; 0 = init
     eval_steps: tuple[int, ...] = ()  # steps at which to measure validation NLL
+    eval_per_window: bool = False  # also store the NLL of every validation window at each eval
 
 
 def log_steps(total: int, per_octave: int = 1) -> tuple[int, ...]:
@@ -228,19 +229,24 @@ class TrainResult:
 
 
 @torch.no_grad()
-def eval_nll(model: nn.Module, ids: Tensor, batch_size: int = 16) -> float:
-    """Mean next-token NLL in nats over all predicted positions of ``ids`` [N, T]."""
+def window_nlls(model: nn.Module, ids: Tensor, batch_size: int = 16) -> Tensor:
+    """Mean next-token NLL (nats) of each window of ``ids`` [N, T] -> [N] float64."""
     was = model.training
     model.eval()
-    tot, n = 0.0, 0
+    out = []
     for i in range(0, len(ids), batch_size):
         x = ids[i : i + batch_size].to(next(model.parameters()).device)
         logits = model(input_ids=x).logits  # [b, T, V]
-        nll = F.cross_entropy(logits[:, :-1].flatten(0, 1).double(), x[:, 1:].flatten(), reduction="sum")
-        tot += float(nll)
-        n += x[:, 1:].numel()
+        nll = F.cross_entropy(logits[:, :-1].transpose(1, 2).double(), x[:, 1:], reduction="none")  # [b, T-1]
+        out.append(nll.mean(dim=1).cpu())
     model.train(was)
-    return tot / n
+    return torch.cat(out)
+
+
+def eval_nll(model: nn.Module, ids: Tensor, batch_size: int = 16) -> float:
+    """Mean next-token NLL in nats over all predicted positions of ``ids`` [N, T] (equal-length
+    windows, so the mean of window means is the pooled mean)."""
+    return float(window_nlls(model, ids, batch_size).mean())
 
 
 def _ledger(log: list[dict], n_phases: int) -> tuple[list[dict], dict]:
@@ -317,10 +323,13 @@ def train(
         if val_ids is None or step not in config.eval_steps or any(e["step"] == step for e in evals):
             return
         with only_layers(model, active):
-            nll = eval_nll(model, val_ids)
+            per = window_nlls(model, val_ids)
         cum = _ledger(log, len(schedule.phases))[1]
-        evals.append({"step": step, "tokens": cum["tokens"], "flops": cum["flops"], "wall": cum["wall"],
-                      "val_nll": nll})
+        row = {"step": step, "tokens": cum["tokens"], "flops": cum["flops"], "wall": cum["wall"],
+               "val_nll": float(per.mean())}
+        if config.eval_per_window:
+            row["windows"] = per.tolist()
+        evals.append(row)
 
     opt = None
     end = total if stop_after is None else min(total, stop_after)
