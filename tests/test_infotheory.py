@@ -4,6 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
+
 from layerlab import infotheory as it
 
 
@@ -36,9 +37,7 @@ def test_chain_rule_exact_on_empirical_joint():
     U = (y[:, None] + rng.integers(0, 2, (n, m)) * rng.integers(0, 3, (n, m))) % 3
     t = it.chain_terms(U, y)
     assert t.gains.sum() == pytest.approx(t.total, abs=1e-10)
-    assert (t.relevancy.sum() - t.redundancy.sum() + t.cond_redundancy.sum()) == pytest.approx(
-        t.total, abs=1e-10
-    )
+    assert (t.relevancy.sum() - t.redundancy.sum() + t.cond_redundancy.sum()) == pytest.approx(t.total, abs=1e-10)
     assert np.allclose(t.gains, t.relevancy - t.redundancy + t.cond_redundancy, atol=1e-10)
     assert np.all(t.gains >= -1e-12)  # I(U_i;Y|U_<i) >= 0 for plug-in
     # Redundancy and conditional redundancy are cumulative-monotone sums of non-negative terms (Thms 5, 6)
@@ -114,3 +113,18 @@ def test_bad_shapes_raise_clear_errors():
         it.mutual_info(np.zeros(3, int), np.zeros(4, int))
     with pytest.raises(ValueError, match="M <= 6"):
         it.submodularity_violations(np.zeros((4, 7), int), np.zeros(4, int))
+
+
+def test_vectorised_bootstrap_matches_the_plain_estimator():
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 3, 200)
+    x = np.where(rng.random(200) < 0.6, y, rng.integers(0, 4, 200))
+    idx = np.random.default_rng(0).integers(0, 200, (3, 200))
+    xc, yc = it.joint_codes(x), it.joint_codes(y)
+    tables = np.zeros((3, xc.max() + 1, yc.max() + 1))
+    for b in range(3):
+        np.add.at(tables[b], (xc[idx[b]], yc[idx[b]]), 1)
+    for mm in (False, True):
+        fast = it._mi_tables(tables, 200, mm)
+        slow = [it.mutual_info(x[i], y[i], miller_madow=mm) for i in idx]
+        assert np.allclose(fast, slow, atol=1e-12)

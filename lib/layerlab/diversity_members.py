@@ -74,33 +74,48 @@ def collect(
     sequences: Sequence[Tensor],
     labels: Sequence[int],
     positions: Sequence[Sequence[int]] | None = None,
+    *,
+    batch_size: int = 8,
 ) -> MemberFeatures:
     """Members of every sequence at its prediction position(s), one forward per sequence.
 
     sequences: 1-D token-id tensors (lengths may differ); positions: per sequence, the positions to
-    read (default: the last token); labels: one per read position, in order. Features keep the
-    model's dtype (fp64 for identity tests).
+    read (default: the last token); labels: one per read position, in order. Sequences of similar
+    length are batched with right padding: a causal model's output at position t never sees later
+    (pad) tokens, so the read positions are unaffected. Features keep the model's dtype (fp64 for
+    identity tests).
     """
     _check_additive(model)
     v = view(model)
     p = v.final_norm_params()
-    gs, scales = [], []
+    lengths = [int(s.shape[-1]) for s in sequences]
+    want = [
+        [lengths[j] - 1] if positions is None else [q % lengths[j] for q in positions[j]] for j in range(len(sequences))
+    ]
+    order = sorted(range(len(sequences)), key=lambda j: lengths[j])
+    per_seq: dict[int, tuple[Tensor, Tensor]] = {}
     names: list[str] = []
-    for j, ids in enumerate(sequences):
-        pos = [-1] if positions is None else list(positions[j])
-        con = contributions(model, ids.reshape(1, -1), positions=pos, level="module")
-        u = con.members[0]  # [P, M, d]
+    for s in range(0, len(order), batch_size):
+        batch = order[s : s + batch_size]
+        T = max(lengths[j] for j in batch)
+        ids = torch.zeros(len(batch), T, dtype=torch.long)
+        for r, j in enumerate(batch):
+            ids[r, : lengths[j]] = sequences[j].reshape(-1)
+        union = sorted({q for j in batch for q in want[j]})
+        con = contributions(model, ids, positions=union, level="module")
         names = con.names
-        h = torch.cumsum(u, dim=1)[:, 0::2]  # [P, L+1, d]: h_0 = e, h_k after block k
         with torch.no_grad():
-            gs.append(p.weight * p.center(u))
-            scales.append(p.scale(h))
-    g = torch.cat(gs)  # [N, M, d]
+            for r, j in enumerate(batch):
+                u = con.members[r, [union.index(q) for q in want[j]]]  # [P_j, M, d]
+                h = torch.cumsum(u, dim=1)[:, 0::2]  # [P_j, L+1, d]: h_0 = e, h_k after block k
+                per_seq[j] = (p.weight * p.center(u), p.scale(h))
+    g = torch.cat([per_seq[j][0] for j in range(len(sequences))])  # [N, M, d]
+    scales = torch.cat([per_seq[j][1] for j in range(len(sequences))])  # [N, L+1]
     lab = torch.as_tensor(list(labels), dtype=torch.long)
     if lab.shape[0] != g.shape[0]:
         raise ValueError(f"{lab.shape[0]} labels for {g.shape[0]} read positions")
     beta = p.bias.detach().to(g.dtype) if p.bias is not None else torch.zeros(g.shape[-1], dtype=g.dtype)
-    return MemberFeatures(g, torch.cat(scales), beta, lab, names)
+    return MemberFeatures(g, scales, beta, lab, names)
 
 
 # --------------------------------------------------------------------------- readouts

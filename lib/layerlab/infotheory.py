@@ -48,15 +48,15 @@ def joint_codes(*vars_: np.ndarray | None) -> np.ndarray:
     cols = _as_columns(*vars_)
     if not cols:
         raise ValueError("joint_codes needs at least one variable")
-    if len(cols) == 1:
-        return np.unique(cols[0], return_inverse=True)[1].reshape(-1)
-    stacked = np.stack(cols, axis=1)  # [N, k]
-    return np.unique(stacked, axis=0, return_inverse=True)[1].reshape(-1)
+    code = np.zeros(len(cols[0]), dtype=np.int64)
+    for c in cols:  # mixed-radix code of the per-column factor codes, compacted after every column
+        inv = np.unique(c, return_inverse=True)[1].reshape(-1)
+        code = code * (int(inv.max()) + 1) + inv
+        code = np.unique(code, return_inverse=True)[1].reshape(-1)
+    return code
 
 
-def entropy(
-    *vars_: np.ndarray | None, weights: np.ndarray | None = None, miller_madow: bool = False
-) -> float:
+def entropy(*vars_: np.ndarray | None, weights: np.ndarray | None = None, miller_madow: bool = False) -> float:
     """Plug-in joint entropy H(vars) in bits.
 
     ``weights`` [N] (non-negative, any scale) turns the rows into an enumerated distribution;
@@ -144,9 +144,7 @@ def chain_terms(
     return ChainTerms(total, gain, rel, red, cred)
 
 
-def marginal_gains(
-    S: np.ndarray, y: np.ndarray, *, miller_madow: bool = True
-) -> tuple[np.ndarray, np.ndarray]:
+def marginal_gains(S: np.ndarray, y: np.ndarray, *, miller_madow: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """I(S_k; Y) for summaries ``S`` [N, K] and the gains G_k = I(S_k;Y) - I(S_{k-1};Y), G_0 = I(S_0;Y).
 
     Returns (info [K], gains [K]). Unlike I(U_{<=k};Y), I(S_k;Y) can decrease: the summary is a
@@ -170,9 +168,7 @@ def set_info(U: np.ndarray, y: np.ndarray, subset: tuple[int, ...], *, weights=N
     return mutual_info(np.asarray(U)[:, list(subset)], y, weights=weights)
 
 
-def submodularity_violations(
-    U: np.ndarray, y: np.ndarray, *, weights=None, tol: float = 1e-12
-) -> tuple[int, int]:
+def submodularity_violations(U: np.ndarray, y: np.ndarray, *, weights=None, tol: float = 1e-12) -> tuple[int, int]:
     """Count violations of F(A+i) - F(A) >= F(B+i) - F(B) over all A subset B, i not in B (Theorem 7).
 
     Exhaustive over subsets, so only for small M (<= 6). Returns (violations, checks).
@@ -180,9 +176,7 @@ def submodularity_violations(
     U = np.asarray(U)
     m = U.shape[1]
     if m > 6:
-        raise ValueError(
-            f"exhaustive submodularity check needs M <= 6 members, got {m}; pass a subset of columns"
-        )
+        raise ValueError(f"exhaustive submodularity check needs M <= 6 members, got {m}; pass a subset of columns")
     F = {}
     for r in range(m + 1):
         for s in itertools.combinations(range(m), r):
@@ -220,6 +214,26 @@ def error_bounds(h_y: float, info: float, n_classes: int) -> tuple[float, float]
     return max(0.0, (h_cond - 1.0) / np.log2(n_classes)), h_cond / 2.0
 
 
+def _h_counts(counts: np.ndarray, n: int, miller_madow: bool) -> np.ndarray:
+    """Entropy (bits) of count vectors along the last axis: [..., K] -> [...]."""
+    p = counts / n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -np.where(counts > 0, p * np.log(p), 0.0).sum(-1)
+    if miller_madow:
+        h = h + ((counts > 0).sum(-1) - 1) / (2.0 * n)
+    return h / LN2
+
+
+def _mi_tables(tables: np.ndarray, n: int, miller_madow: bool) -> np.ndarray:
+    """I(X;Y) from contingency tables [B, kx, ky] of n samples each -> [B] (same estimator as mutual_info)."""
+    b = tables.shape[0]
+    return (
+        _h_counts(tables.sum(2), n, miller_madow)
+        + _h_counts(tables.sum(1), n, miller_madow)
+        - _h_counts(tables.reshape(b, -1), n, miller_madow)
+    )
+
+
 def bootstrap_mi(
     x, y, z=None, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95, miller_madow: bool = True
 ) -> tuple[float, float, float]:
@@ -229,17 +243,20 @@ def bootstrap_mi(
     z = None if z is None else np.asarray(z)
     n = len(y)
     est = mutual_info(x, y, z, miller_madow=miller_madow)
-    boots = np.empty(n_boot)
-    for b in range(n_boot):
-        idx = rng.integers(0, n, n)
-        boots[b] = mutual_info(x[idx], y[idx], None if z is None else z[idx], miller_madow=miller_madow)
+    idx = rng.integers(0, n, (n_boot, n))
+    if z is None:  # vectorised: one contingency table per replicate
+        xc, yc = joint_codes(x), joint_codes(y)
+        kx, ky = int(xc.max()) + 1, int(yc.max()) + 1
+        cell = (xc * ky + yc)[idx] + (kx * ky) * np.arange(n_boot)[:, None]  # [B, N]
+        tables = np.bincount(cell.ravel(), minlength=n_boot * kx * ky).reshape(n_boot, kx, ky).astype(float)
+        boots = _mi_tables(tables, n, miller_madow)
+    else:
+        boots = np.array([mutual_info(x[i], y[i], z[i], miller_madow=miller_madow) for i in idx])
     a = (1 - level) / 2
     return est, float(np.quantile(boots, a)), float(np.quantile(boots, 1 - a))
 
 
-def permutation_null(
-    x, y, *, n_perm: int = 200, seed: int = 0, miller_madow: bool = True
-) -> tuple[np.ndarray, float]:
+def permutation_null(x, y, *, n_perm: int = 200, seed: int = 0, miller_madow: bool = True) -> tuple[np.ndarray, float]:
     """Label-permutation null of I(X;Y): (null values [n_perm], one-sided p-value of the observed MI).
 
     The null's mean is the estimator's bias floor for independent variables."""
