@@ -145,3 +145,39 @@ def test_chapter_presets_and_fig1a_file():
     for name in ("smoke", "cpu"):
         p = ch.preset(name)
         assert max(p.ks) <= 576 and p.n_prompts >= (16 if name == "cpu" else 1)
+
+
+def test_prompt_result_and_summary_on_tiny_model():
+    from layerlab import coupling_runs as cr
+    from layerlab.models import tiny_model
+
+    model = tiny_model("llama")
+    ids = torch.randint(3, 259, (1, 10), generator=torch.Generator().manual_seed(0))
+    r = cr.prompt_result(model, ids, (4, 8), nulls=True)
+    assert {"m", "m_spectrum", "m_rotation", "m_compat", "s_top", "gap", "lss", "delta", "norms"} <= set(r)
+    L = 4
+    assert r["m"].shape == (2, 2, 2, L, L) and r["lss"].shape == (10,)
+    assert torch.diagonal(r["m"][:, :, 0], dim1=-2, dim2=-1).abs().max() < 1e-5  # m_K(J, J) = 0
+    # authors_compat changes only the last block's Jacobian: pairs among blocks 0..L-2 are identical
+    assert torch.allclose(r["m_compat"][..., :-1, :-1], r["m"][..., :-1, :-1])
+    assert -1 <= float(r["lin_cos"]) <= 1
+    df = cr.summarise({"per_prompt": [r, r], "label": "tiny", "ks": (4, 8)})
+    assert len(df) == 2 and {"C_l2@8", "spectrum:C_l2@8", "compat:C_tr@4", "lss_median", "step_slope"} <= set(df)
+
+
+def test_predictor_stats_and_incremental_r2():
+    import numpy as np
+    import pandas as pd
+
+    from layerlab import coupling_runs as cr
+
+    rng = np.random.default_rng(0)
+    x1, x2 = rng.normal(size=30), rng.normal(size=30)
+    df = pd.DataFrame({"x1": x1, "x2": x2, "noise": rng.normal(size=30), "y": 2 * x1 + x2})
+    st = cr.predictor_stats(df, "y", ["x1", "noise"], n_boot=200).set_index("predictor")
+    assert st.loc["x1", "R2"] > 0.6 and st.loc["x1", "R2_low"] <= st.loc["x1", "R2"] <= st.loc["x1", "R2_high"]
+    assert st.loc["noise", "R2"] < st.loc["x1", "R2"]
+    inc = cr.incremental_r2(df, "y", ["x1"], ["x2"], n_boot=200)
+    assert inc["r2_full"] == pytest.approx(1.0) and inc["gain_low"] > 0
+    few = cr.predictor_stats(df.head(3), "y", ["x1"])
+    assert np.isnan(few.loc[0, "R2"])
