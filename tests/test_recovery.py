@@ -67,7 +67,7 @@ def test_recovery_vs_importance_and_errors():
                               nll=[1.0], base_nll=1.0, recovered_at=None, cap=10, auc=float(i)) for i in range(4)]
     c = R.recovery_vs_importance(curves, {0: 0.1, 1: 0.2, 2: 0.3, 3: 0.5})
     assert c.r == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="at least 3"):
+    with pytest.raises(ValueError, match="at least 4"):
         R.recovery_vs_importance(curves[:2], {0: 1, 1: 2})
     m = tiny_model("llama")
     kw = dict(train_ids=_ids(2), eval_ids=_ids(2), steps=1)

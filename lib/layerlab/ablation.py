@@ -177,6 +177,12 @@ def window_nll(logits: Tensor, input_ids: Tensor) -> Tensor:
     return nll.to(torch.float64).mean(dim=1)
 
 
+def token_nll(logits: Tensor, input_ids: Tensor) -> Tensor:
+    """Next-token NLL of every scored token (nats): logits [B, T, V], ids [B, T] -> [B·(T−1)] (float64)."""
+    lp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    return (-lp.gather(-1, input_ids[:, 1:, None])[..., 0]).to(torch.float64).reshape(-1)
+
+
 @dataclass
 class EvalResult:
     """Per-window mean NLL of the clean model and of each intervention, plus clean-run geometry."""
@@ -186,12 +192,30 @@ class EvalResult:
     n_tokens: int                         # scored tokens
     block_influence: np.ndarray | None = None   # [L]
     angular_distance: np.ndarray | None = None  # [L]
+    groups: np.ndarray | None = None  # bootstrap unit of each entry (sentence id for token-level results)
     meta: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (for :func:`layerlab.cache.cached_json`)."""
+        def f(x):
+            return None if x is None else np.asarray(x).tolist()
+        return {"base": f(self.base), "nll": {k: f(v) for k, v in self.nll.items()}, "n_tokens": self.n_tokens,
+                "block_influence": f(self.block_influence), "angular_distance": f(self.angular_distance),
+                "groups": f(self.groups), "meta": self.meta}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EvalResult:
+        def f(x):
+            return None if x is None else np.asarray(x)
+        return cls(base=f(d["base"]), nll={k: f(v) for k, v in d["nll"].items()}, n_tokens=int(d["n_tokens"]),
+                   block_influence=f(d["block_influence"]), angular_distance=f(d["angular_distance"]),
+                   groups=f(d["groups"]), meta=d.get("meta", {}))
 
 
 @torch.no_grad()
 def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventions: Sequence[Intervention], *,
-                           batch_size: int = 8, prefix_cache: bool = True, geometry: bool = False) -> EvalResult:
+                           batch_size: int = 8, prefix_cache: bool = True, geometry: bool = False,
+                           _token_level: bool = False) -> EvalResult:
     """Evaluate many interventions on the same windows; ``input_ids`` [N, T].
 
     With ``prefix_cache`` the clean block inputs of each batch are captured once and every intervention
@@ -201,6 +225,8 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
     With ``geometry`` also accumulates ShortGPT Block Influence BI_l = 1 − E_t cos(x_l, x_{l+1})
     (arXiv:2403.03853) and the last-token angular distance (1/π)·arccos cos(x_l, x_{l+1}) (arXiv:2403.17887).
     """
+    if isinstance(input_ids, (list, tuple)):
+        return _evaluate_sentences(model, input_ids, interventions, prefix_cache=prefix_cache, geometry=geometry)
     mv = arch.view(model)
     names = [iv.name for iv in interventions]
     if len(set(names)) != len(names):
@@ -215,7 +241,8 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
         ids = input_ids[i:i + batch_size]  # [B, T]
         with capture(model, points=("block_in", "block_out")) as cap:
             logits = model(ids).logits
-        base.append(window_nll(logits, ids))
+        nll_fn = token_nll if _token_level else window_nll
+        base.append(nll_fn(logits, ids))
         if geometry:
             x_in, x_out = cap["block_in"].double(), cap["block_out"].double()  # [L, B, T, d]
             cos = torch.nn.functional.cosine_similarity(x_in, x_out, dim=-1)  # [L, B, T]
@@ -231,12 +258,38 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
                     lg = arch.suffix_forward(model, block_in[iv.start], iv.start)
                 else:
                     lg = model(ids).logits
-            out[iv.name].append(window_nll(lg, ids))
+            out[iv.name].append(nll_fn(lg, ids))
     res = EvalResult(base=torch.cat(base).numpy(), nll={n: torch.cat(v).numpy() for n, v in out.items()},
-                     n_tokens=int(input_ids.shape[0] * (input_ids.shape[1] - 1)))
+                     n_tokens=int(input_ids.shape[0] * (input_ids.shape[1] - 1)),
+                     meta={"windows": int(input_ids.shape[0]), "window": int(input_ids.shape[1]),
+                           "prefix_cache": prefix_cache})
     if geometry:
         res.block_influence = (bi_sum / n_tok).numpy()
         res.angular_distance = (ang_sum / n_last).numpy()
+    return res
+
+
+def _evaluate_sentences(model: torch.nn.Module, sentences: Sequence[Tensor], interventions: Sequence[Intervention],
+                        *, prefix_cache: bool, geometry: bool) -> EvalResult:
+    """Token-level variant for variable-length sequences (e.g. the 10-sentence protocol): each sequence
+    [T_i] runs as its own batch; entries are per-token NLLs, ``groups`` holds the sequence index, so a
+    grouped bootstrap resamples sentences and the mean is the pooled token mean (spec 3.2)."""
+    parts, groups = [], []
+    geo = []
+    for i, ids in enumerate(sentences):
+        ids = torch.as_tensor(ids).reshape(1, -1)
+        r = evaluate_interventions(model, ids, interventions, batch_size=1, prefix_cache=prefix_cache,
+                                   geometry=geometry, _token_level=True)
+        parts.append(r)
+        groups.append(np.full(ids.shape[1] - 1, i))
+        geo.append(ids.shape[1])
+    res = EvalResult(base=np.concatenate([p.base for p in parts]),
+                     nll={k: np.concatenate([p.nll[k] for p in parts]) for k in parts[0].nll},
+                     n_tokens=sum(p.n_tokens for p in parts), groups=np.concatenate(groups))
+    if geometry:
+        w = np.asarray(geo, dtype=np.float64)
+        res.block_influence = np.average([p.block_influence for p in parts], axis=0, weights=w)
+        res.angular_distance = np.mean([p.angular_distance for p in parts], axis=0)
     return res
 
 
@@ -285,9 +338,11 @@ def effect(base: np.ndarray, other: np.ndarray, *, groups: np.ndarray | None = N
            seed: int = 0) -> dict[str, float]:
     """ΔNLL (nats; mean over windows of equal length = pooled token mean) with a paired bootstrap 95% CI
     over windows (or document ``groups``), and ΔPPL% = 100·(exp ΔNLL − 1) with the transformed CI (spec 3.2)."""
-    from layerlab.stats import paired_bootstrap_ci
+    from layerlab.stats import bootstrap_ci
 
-    ci = paired_bootstrap_ci(np.asarray(other), np.asarray(base), n_boot=n_boot, seed=seed, groups=groups)
+    # the paired bootstrap of a mean difference is the bootstrap of the per-unit differences
+    diff = np.asarray(other, dtype=np.float64) - np.asarray(base, dtype=np.float64)
+    ci = bootstrap_ci(diff, n_boot=n_boot, seed=seed, groups=groups)
     return {"dnll": float(ci.estimate), "dnll_low": float(ci.low), "dnll_high": float(ci.high),
             "dppl_pct": 100 * math.expm1(ci.estimate), "dppl_low": 100 * math.expm1(ci.low),
             "dppl_high": 100 * math.expm1(ci.high)}
@@ -295,7 +350,9 @@ def effect(base: np.ndarray, other: np.ndarray, *, groups: np.ndarray | None = N
 
 def effect_table(res: EvalResult, *, tiers: Tiers = Tiers(), groups: np.ndarray | None = None,
                  n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """One row per intervention named ``"{op}@{layer}"`` (others get layer −1): op, layer, effects, tier."""
+    """One row per intervention named ``"{op}@{layer}"`` (others get layer −1): op, layer, effects, tier.
+    Bootstrap units: ``groups`` if given, else ``res.groups`` (sentences), else windows."""
+    groups = res.groups if groups is None else groups
     rows = []
     for name, v in res.nll.items():
         op, _, layer = name.partition("@")

@@ -201,8 +201,8 @@ def recovery_vs_importance(curves: Sequence[RecoveryCurve], importance: dict[int
     for c in curves:
         per.setdefault(c.layer, []).append(c.auc if measure == "auc" else c.steps_or_cap)
     layers = sorted(layer for layer in per if layer in importance)
-    if len(layers) < 3:
-        raise ValueError(f"need recovery runs on at least 3 layers with an importance value, got {layers}")
+    if len(layers) < 4:
+        raise ValueError(f"need recovery runs on at least 4 layers with an importance value, got {layers}")
     x = [float(np.mean(per[layer])) for layer in layers]
     y = [importance[layer] for layer in layers]
     return spearman(x, y, seed=seed)

@@ -142,9 +142,11 @@ def structure_table(model: torch.nn.Module, components: tuple[str, ...] | None =
     return pd.DataFrame(rows)
 
 
-def delta_table(model: torch.nn.Module, components: tuple[str, ...] | None = None, *, seed: int = 0,
-                n_boot: int = 2000) -> tuple[pd.DataFrame, pd.DataFrame]:
+def delta_table(model: torch.nn.Module | dict[str, Tensor], components: tuple[str, ...] | None = None, *,
+                seed: int = 0, n_boot: int = 2000) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Delta correlations per component: (summary, per-pair) DataFrames.
+
+    ``model`` may also be a dict of pre-built stacks {component: [L, ...]} (e.g. the shuffled null N2).
 
     summary: component, mean delta correlation with a bootstrap 95% CI over the L−2 pairs, ρ1, ρ2, the
     analytic value implied by (ρ1, ρ2), the −0.5 null, the sampling tolerance of one pair, and the
@@ -152,10 +154,11 @@ def delta_table(model: torch.nn.Module, components: tuple[str, ...] | None = Non
     """
     from layerlab.stats import bootstrap_ci
 
-    comps = components or tuple(components_of(model))
+    given = isinstance(model, dict)
+    comps = components or tuple(model if given else components_of(model))
     rows, pairs = [], []
     for comp in comps:
-        st = component_stack(model, comp)
+        st = model[comp].to(torch.float64) if given else component_stack(model, comp)
         rho = delta_correlations(st).numpy()
         r1, r2 = lag_correlations(st)
         ci = bootstrap_ci(rho, n_boot=n_boot, seed=seed)
