@@ -128,3 +128,37 @@ def test_texts_for_prompts(tok):
     assert all(0 < len(tok(x, add_special_tokens=False).input_ids) <= 40 for x in p)
     words = data.texts_for_prompts("test", 3, max_tokens=12)
     assert all(len(x.split()) == 12 for x in words)
+
+
+def test_fetch_stages_atomically_and_reports_failures(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(fetch, "_VERIFIED", set())
+    calls = []
+
+    def good(stage, dl):
+        calls.append(1)
+        (stage / "labelled").mkdir()
+        (stage / "labelled" / "a.txt").write_text("hello")
+        return {"version": "t", "documents": []}
+
+    def half_then_fail(stage, dl):
+        (stage / "partial.txt").write_text("half")
+        raise RuntimeError("network down")
+
+    monkeypatch.setattr(fetch, "SOURCES", {"good": fetch.Source("good", True, good)})
+    root = fetch.ensure_data()
+    assert (root / "labelled/a.txt").read_text() == "hello" and fetch.verify(root) == []
+    monkeypatch.setattr(fetch, "_VERIFIED", set())
+    fetch.ensure_data()
+    assert len(calls) == 1  # already present and verified: not fetched again
+    (root / "labelled/a.txt").write_text("tampered")
+    monkeypatch.setattr(fetch, "_VERIFIED", set())
+    fetch.ensure_data()
+    assert len(calls) == 2 and (root / "labelled/a.txt").read_text() == "hello"  # corrupt file re-fetched
+    monkeypatch.setattr(fetch, "SOURCES", {"bad": fetch.Source("bad", True, half_then_fail)})
+    monkeypatch.setattr(fetch, "_VERIFIED", set())
+    with pytest.raises(fetch.MissingDataError, match="make data"):
+        fetch.ensure_data()
+    assert not (root / "partial.txt").exists()  # nothing half-written is left behind
+    monkeypatch.setattr(fetch, "SOURCES", {"opt": fetch.Source("opt", False, half_then_fail)})
+    assert fetch.ensure_data() == root  # optional sources are reported and skipped
