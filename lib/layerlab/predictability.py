@@ -252,7 +252,8 @@ def replacement_interventions(model: torch.nn.Module, *, ks: Sequence[int] = (1,
     """Interventions for the weight-generation experiment (spec 3.5/4.2), all matrices of each layer:
 
     ``deepest{k}``: the k deepest layers replaced by P1 predictions (``mode`` teacher / generated);
-    ``predicted@l`` / ``random@l``: layer l alone replaced by its prediction / by matched-norm random weights.
+    ``predicted@l`` / ``random@l``: layer l alone replaced by its prediction / by random weights with the
+    real layer's row norms.
     """
     from layerlab import arch, weights
     from layerlab.ablation import Intervention, swap_weights
@@ -270,7 +271,8 @@ def replacement_interventions(model: torch.nn.Module, *, ks: Sequence[int] = (1,
     for layer in single:
         mv.check_layer(layer)
         new = predict_layers(stacks, [layer], mode="teacher", lam=lam)
-        rnd = {layer: matched_norm_random(new[layer], seed=seed + layer)}
+        real = {c: st[layer] for c, st in stacks.items()}
+        rnd = {layer: matched_norm_random(real, seed=seed + layer)}  # row norms of the real layer
         ivs.append(Intervention(f"predicted@{layer}", layer, lambda new=new: swap_weights(model, new)))
         ivs.append(Intervention(f"random@{layer}", layer, lambda rnd=rnd: swap_weights(model, rnd)))
     return ivs
