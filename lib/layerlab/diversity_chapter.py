@@ -22,7 +22,7 @@ from . import diversity_members as dm
 from . import tasks as tk
 from .cache import cached_tensors, fingerprint
 from .models import load_model
-from .stats import bootstrap_ci
+from .stats import bootstrap_ci, paired_bootstrap_ci
 
 FEATURES_VERSION = "1"
 """Member features depend only on the model, the token ids and ``diversity_members.collect``: they are
@@ -211,17 +211,45 @@ def run_task(model, tokenizer, name: str, preset: Preset, *, tag: str) -> dict:
         "source": task.meta.get("source", ""),
         "example_prompt": task.prompt(task.test[0], task.shots(preset.shots, seed=preset.seed)),
         "identity_error": identity_error(model, tokenizer, task, preset),
+        "identity_mse": identity_mse(ro),
+        "best_vs_final": best_vs_final(ro, preset.n_boot, preset.seed),
+    }
+
+
+def identity_mse(readout: dv.MemberReadout) -> dict[str, float]:
+    """Max relative error of MSE = Bias - Div and CE = member CE - KL over examples and depths (fp64)."""
+    e_mse = e_ce = 0.0
+    for k in range(readout.n_layers + 1):
+        d, ce, _ = dv.terms_at_depth(readout, k)
+        e_mse = max(e_mse, float(((d.mse - (d.bias - d.div)).abs() / d.bias.clamp_min(1e-300)).max()))
+        e_ce = max(e_ce, float(((ce.ce - (ce.member_ce - ce.kl)).abs() / ce.member_ce.clamp_min(1e-300)).max()))
+    return {"mse": e_mse, "ce": e_ce}
+
+
+def best_vs_final(readout: dv.MemberReadout, n_boot: int, seed: int) -> dict[str, float]:
+    """D10: accuracy at full depth minus the best truncation depth's accuracy, paired bootstrap CI."""
+    correct = np.stack([da.per_example(readout, k)["acc"] for k in range(readout.n_layers + 1)], 1)  # [N, L+1]
+    best = int(correct.mean(0).argmax())
+    ci = paired_bootstrap_ci(correct[:, -1], correct[:, best], n_boot=n_boot, seed=seed)
+    return {
+        "best_k": best,
+        "acc_best": float(correct[:, best].mean()),
+        "acc_final": float(correct[:, -1].mean()),
+        "diff": ci.estimate,
+        "diff_low": ci.low,
+        "diff_high": ci.high,
     }
 
 
 def identity_error(model, tokenizer, task: tk.Task, preset: Preset, n: int = 2) -> float:
-    """Live check of Eq. 1 on the run's own dtype: max |sum_i c_i + b - model logits| over verbalisers."""
+    """Live check of Eq. 1 in the run's own dtype: max |sum_i c_i + b - model logits| / max |logits|
+    over the verbaliser logits of ``n`` prompts."""
     seqs, ids = encode_prompts(task, tokenizer, task.test[:n], preset.shots, preset.seed)
     f = dm.collect(model, seqs, [e.label for e in task.test[:n]])
     c, b = dm.apply_readout(f, dm.lens_readout(model, ids), dtype=f.g.dtype).at_depth()
     with torch.no_grad():
         ref = torch.stack([model(s[None]).logits[0, -1, ids] for s in seqs])
-    return float((c.sum(1) + b - ref).abs().max())
+    return float((c.sum(1) + b - ref).abs().max() / ref.abs().max())
 
 
 # --------------------------------------------------------------------------- language modelling
