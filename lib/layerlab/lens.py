@@ -127,12 +127,16 @@ class LensResult:
         return pd.DataFrame(rows)
 
     def norm_curve(self, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-        """Mean residual norm ||h_k|| and relative update per depth with 95% CIs."""
+        """Mean residual norm ||h_k|| (95% CI) and its median, and the relative update per depth (95% CI).
+
+        The mean is sensitive to rare positions with very large norms ("massive activations", often at
+        the first token of a window); the median is not, so the two are reported side by side."""
         rows = []
         for k in range(self.norm.shape[0]):
             ci = self._ci(self.norm[k], n_boot, seed)
             upd = self._ci(self.update_ratio[k], n_boot, seed) if k < self.n_layers else CI(*(math.nan,) * 3)
             rows.append({"depth": k, "norm": ci.estimate, "norm_low": ci.low, "norm_high": ci.high,
+                         "norm_median": float(np.median(self.norm[k])),
                          "update_ratio": upd.estimate, "update_low": upd.low, "update_high": upd.high})
         return pd.DataFrame(rows)
 
@@ -140,6 +144,11 @@ class LensResult:
         """Spearman rho between depth and mean lens NLL (negative: loss falls with depth)."""
         arr = self.nll_recompute if variant == "recompute" else self.nll_frozen
         return spearman(np.arange(arr.shape[0]), arr.mean(1))
+
+    def outliers(self, depth: int, factor: float = 10.0) -> np.ndarray:
+        """Boolean mask [P] of sampled positions whose norm at ``depth`` exceeds ``factor`` x the median."""
+        n = self.norm[depth]
+        return n > factor * np.median(n)
 
     def drop(self, variant: str = "recompute", *, n_boot: int = 1000, seed: int = 0) -> CI:
         """NLL at depth 0 minus NLL at depth L (nats), CI over windows: the loss the blocks remove."""
