@@ -113,3 +113,12 @@ def test_replacement_interventions_cached_equals_naive():
     assert all(np.array_equal(a.nll[k], b.nll[k]) for k in a.nll)
     with pytest.raises(ValueError, match="deepest"):
         P.replacement_interventions(m, ks=(4,))
+
+
+def test_shuffled_null_from_parts_equals_explicit_shuffle():
+    st = torch.randn(9, 12, 10, generator=torch.Generator().manual_seed(4), dtype=torch.float64).cumsum(0)
+    train, held = P.split_layers(9, seed=1)
+    perm = [4, 0, 8, 2, 6, 1, 7, 3, 5]
+    a = P.predictability_row(st, "gate", train, held, perm=perm)
+    b = P.predictability_row(st[perm], "gate", train, held)
+    assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], abs=1e-9) for k in a)

@@ -168,20 +168,31 @@ def residual_profile(stack: Tensor, component: str) -> Tensor:
 
 
 def predictability_row(stack: Tensor, component: str, train: Sequence[int], held: Sequence[int], *,
-                       lam: float = 0.0, degree: int = 2) -> dict[str, float]:
-    """All predictors on one stack: level and innovation R² of P1–P3, P4 (stats) and P5 (basis-aware)."""
-    g = gram(stack)
+                       lam: float = 0.0, degree: int = 2, perm: Sequence[int] | None = None,
+                       parts: tuple | None = None) -> dict[str, float]:
+    """All predictors on one stack: level and innovation R² of P1–P3, P4 (stats) and P5 (basis-aware).
+
+    ``perm`` evaluates the same stack with its layer order permuted (null N2) from precomputed ``parts``
+    (:func:`row_parts`), so shuffles cost no further passes over the weights.
+    """
+    g, feats, gp = parts if parts is not None else row_parts(stack, component)
+    if perm is not None:
+        g, gp, feats = permute_gram(g, perm), permute_gram(gp, perm), feats[np.asarray(perm)]
     gi = innovation_gram(g, train)
     row = {}
     for p in ("P1", "P2", "P3"):
         row[f"{p}_level"] = gram_r2(g, p, train, held, lam=lam, degree=degree)
         row[f"{p}_innov"] = gram_r2(gi, p, train, held, lam=lam, degree=degree)
-    row["P4_level"] = stats_r2(summary_stats(stack), train, held)
-    prof = residual_profile(stack, component) if stack.ndim == 3 else stack.to(torch.float64)
-    gp = gram(prof)
+    row["P4_level"] = stats_r2(feats, train, held)
     row["P5_level"] = gram_r2(gp, "P1", train, held, lam=lam)
     row["P5_innov"] = gram_r2(innovation_gram(gp, train), "P1", train, held, lam=lam)
     return row
+
+
+def row_parts(stack: Tensor, component: str) -> tuple[Tensor, np.ndarray, Tensor]:
+    """(Gram of the stack, P4 summary statistics [L, 8], Gram of the P5 residual-dimension profile)."""
+    prof = residual_profile(stack, component) if stack.ndim == 3 else stack.to(torch.float64)
+    return gram(stack), summary_stats(stack), gram(prof)
 
 
 def predictability_table(stacks: dict[str, Tensor], null_stacks: dict[str, Tensor] | None = None, *,
@@ -195,9 +206,10 @@ def predictability_table(stacks: dict[str, Tensor], null_stacks: dict[str, Tenso
     perms = [rng.permutation(n_layers) for _ in range(n_shuffles)]
     rows = []
     for comp, st in stacks.items():
-        real = predictability_row(st, comp, train, held, lam=lam, degree=degree)
+        parts = row_parts(st, comp)
+        real = predictability_row(st, comp, train, held, lam=lam, degree=degree, parts=parts)
         n1 = predictability_row(null_stacks[comp], comp, train, held, lam=lam, degree=degree) if null_stacks else {}
-        n2 = [predictability_row(st[torch.as_tensor(p)], comp, train, held, lam=lam, degree=degree) for p in perms]
+        n2 = [predictability_row(st, comp, train, held, lam=lam, degree=degree, perm=p, parts=parts) for p in perms]
         for key, val in real.items():
             sh = np.array([r[key] for r in n2])
             rows.append({"component": comp, "predictor": key, "r2": val, "N1": n1.get(key, np.nan),
