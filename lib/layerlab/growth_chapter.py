@@ -54,8 +54,8 @@ class GrowthPreset:
 PRESETS = {
     "smoke": GrowthPreset(family="smoke", depth=4, width=32, steps=12, seeds=(0, 1, 2), lr_sweep=(3e-3, 1e-2),
                           n_evals=4, val_windows=16, batch_size=4, workers=1),
-    "cpu": GrowthPreset(family="cpu", depth=12, width=48, steps=96, seeds=(0, 1, 2),
-                        lr_sweep=(1e-3, 3e-3, 1e-2), n_evals=8, val_windows=128, batch_size=8, workers=2,
+    "cpu": GrowthPreset(family="cpu", depth=12, width=32, steps=128, seeds=(0, 1, 2),
+                        lr_sweep=(1e-3, 3e-3, 1e-2), n_evals=6, val_windows=64, batch_size=8, workers=2,
                         warmup=8),
     "gpu": GrowthPreset(family="gpu", depth=12, width=256, steps=5000, seeds=(0, 1, 2, 3, 4),
                         lr_sweep=(3e-4, 1e-3, 3e-3, 1e-2), n_evals=20, val_windows=512, batch_size=64,
@@ -128,7 +128,12 @@ def run_arm(profile: str, arm: str, seed: int, lr: float, importance=None, threa
 
 def _run_many(profile: str, jobs: list[tuple], workers: int) -> list[dict]:
     if workers <= 1 or len(jobs) <= 1:
-        return [run_arm(profile, *j) for j in jobs]
+        n = torch.get_num_threads()
+        try:  # small models train much faster single-threaded
+            torch.set_num_threads(1)
+            return [run_arm(profile, *j) for j in jobs]
+        finally:
+            torch.set_num_threads(n)
     import concurrent.futures as cf
     import multiprocessing as mp
 
@@ -238,7 +243,7 @@ def hierarchical_delta(a: np.ndarray, b: np.ndarray, *, n_boot: int = 2000, seed
 
 
 def matched(result: dict, axis: str, *, frac: float = 1.0, baseline: str = "uniform",
-            arms: tuple[str, ...] | None = None):
+            arms: tuple[str, ...] | None = None, seed: int = 0):
     """Arms at the same budget of ``axis``: the smallest final budget of any run of ``arms``
     (default all; x ``frac``). Returns a DataFrame: arm, budget, nll [CI], delta vs ``baseline``
     [CI] (nats)."""
@@ -249,8 +254,8 @@ def matched(result: dict, axis: str, *, frac: float = 1.0, baseline: str = "unif
     mats = {a: np.stack([windows_at(r, axis, budget) for r in _runs(result, a)]) for a in arms}
     rows = []
     for a in arms:
-        m = hierarchical_delta(mats[a], None)
-        d = hierarchical_delta(mats[a], mats[baseline])
+        m = hierarchical_delta(mats[a], None, seed=seed)
+        d = hierarchical_delta(mats[a], mats[baseline], seed=seed)
         rows.append({"arm": a, "axis": axis, "budget": budget, "nll": m.estimate, "nll_low": m.low,
                      "nll_high": m.high, "delta": d.estimate, "delta_low": d.low, "delta_high": d.high})
     return pd.DataFrame(rows)
@@ -334,5 +339,30 @@ def plot_curves(result: dict, axes=AXES):
         ax.set_xlabel(labels[axis])
     np.atleast_1d(axs)[0].set_ylabel("validation NLL (nats / token)")
     np.atleast_1d(axs)[0].legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_family(fam):
+    """Held-out NLL of the family: vs depth (width-64-like members, seed mean and range) and
+    the held-out curve over log-spaced checkpoints for every member."""
+    import matplotlib.pyplot as plt
+
+    from .plots import use_style
+
+    use_style()
+    t = fam.table()
+    w0, lr0 = t.width.mode()[0], t.lr.mode()[0]
+    sub = t[(t.width == w0) & (t.lr == lr0)].groupby("depth").heldout_nll
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
+    a.plot(sub.mean().index, sub.mean().values, marker="o")
+    a.fill_between(sub.min().index, sub.min().values, sub.max().values, alpha=0.25)
+    a.set_xlabel(f"depth (width {w0}, lr {lr0:g})")
+    a.set_ylabel("held-out NLL (nats / token)")
+    for m in fam:
+        steps = [c["step"] for c in m.curve][1:]
+        b.plot(steps, [c["val_nll"] for c in m.curve][1:], lw=0.8, alpha=0.6)
+    b.set_xscale("log")
+    b.set_xlabel("training step (checkpoints)")
     fig.tight_layout()
     return fig

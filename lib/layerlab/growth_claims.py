@@ -28,20 +28,20 @@ def _saving_verdict(low: float, high: float, claimed: float) -> str:
     return "inconclusive"
 
 
-def growth_claims(result: dict) -> list[Claim]:
-    """The chapter's claims with our estimates and verdicts."""
+def growth_claims(result: dict, seed: int = 0) -> list[Claim]:
+    """The chapter's claims with our estimates and verdicts (``seed``: bootstrap seed)."""
     from .growth_chapter import matched, speedups, step_time_saving
 
-    tok = matched(result, "tokens").set_index("arm")
+    tok = matched(result, "tokens", seed=seed).set_index("arm")
     pair = ("uniform", "gtt")
-    flo = matched(result, "flops", arms=pair).set_index("arm")
-    wal = matched(result, "wall", arms=pair).set_index("arm")
-    flo_all = matched(result, "flops").set_index("arm")
-    early = matched(result, "tokens", frac=416 / 656)
+    flo = matched(result, "flops", arms=pair, seed=seed).set_index("arm")
+    wal = matched(result, "wall", arms=pair, seed=seed).set_index("arm")
+    flo_all = matched(result, "flops", seed=seed).set_index("arm")
+    early = matched(result, "tokens", frac=416 / 656, seed=seed)
     g_early = early.set_index("arm").loc["gtt"]
     uni_final = tok.loc["uniform"]
-    sp = speedups(result, "flops").set_index("arm").loc["gtt"]
-    st = step_time_saving(result)
+    sp = speedups(result, "flops", seed=seed).set_index("arm").loc["gtt"]
+    st = step_time_saving(result, seed=seed)
     n_seeds = len(result["preset"]["seeds"])
     out = []
     g = tok.loc["gtt"]
@@ -91,5 +91,5 @@ def growth_claims(result: dict) -> list[Claim]:
     return out
 
 
-def growth_claim_table(result: dict):
-    return claim_table(growth_claims(result))
+def growth_claim_table(result: dict, seed: int = 0):
+    return claim_table(growth_claims(result, seed))
