@@ -223,7 +223,8 @@ def analyze(model: nn.Module, windows: TokenWindows, *, lens_positions: int = 64
 
     lens_positions: positions per window read through the lens (sampled with ``seed``, shared within a
     batch); cache_key: identifies the model (e.g. ``{"model": "smollm2-135m", "random_init": False}``) —
-    when given, the arrays are cached under it, the windows' fingerprint and the settings.
+    when given, the arrays are cached under it, the windows' fingerprint, the settings and a fingerprint
+    of the code they depend on (edits elsewhere in the library keep the cache).
     """
     if lens_positions < 1:
         raise ValueError(f"lens_positions must be >= 1, got {lens_positions}")
@@ -238,9 +239,11 @@ def analyze(model: nn.Module, windows: TokenWindows, *, lens_positions: int = 64
     if cache_key is None:
         t = compute()
     else:
-        from .cache import cached_tensors
+        from .cache import cached_tensors, module_fingerprint
 
-        t = cached_tensors("lens", {**cache_key, **settings, "windows": windows.fingerprint()}, compute)
+        key = {**cache_key, **settings, "windows": windows.fingerprint(),
+               "code": module_fingerprint("layerlab.lens", "layerlab.models")}
+        t = cached_tensors("lens", key, compute, lib_versioned=False)
     ppl = summarize(t["window_nll"].numpy(), windows.n_bytes.numpy(), windows.n_scored, n_boot=n_boot,
                     seed=seed, protocol=windows.protocol)
     return LensResult(

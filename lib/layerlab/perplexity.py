@@ -117,10 +117,11 @@ def evaluate(model: nn.Module, windows: TokenWindows, *, batch_size: int = 8, n_
     if cache_key is None:
         wn = compute()["window_nll"]
     else:
-        from .cache import cached_tensors
+        from .cache import cached_tensors, module_fingerprint
 
-        key = {**cache_key, "windows": windows.fingerprint(), "dtype": str(next(model.parameters()).dtype)}
-        wn = cached_tensors("perplexity", key, compute)["window_nll"]
+        key = {**cache_key, "windows": windows.fingerprint(), "dtype": str(next(model.parameters()).dtype),
+               "code": module_fingerprint("layerlab.perplexity", "layerlab.models")}
+        wn = cached_tensors("perplexity", key, compute, lib_versioned=False)["window_nll"]
     groups = windows.doc_ids if group_by_doc else None
     return summarize(wn.numpy(), windows.n_bytes.numpy(), windows.n_scored, n_boot=n_boot, seed=seed,
                      groups=groups, protocol={**windows.protocol, "group_by_doc": group_by_doc})
