@@ -58,8 +58,8 @@ def test_wordnet_parser_and_errors(tmp_path):
 
 
 def test_unknown_task_is_a_clear_error():
-    with pytest.raises(ValueError, match="unknown task 'sst2'"):
-        tasks.load_task("sst2")
+    with pytest.raises(ValueError, match="unknown task .sst5."):
+        tasks.load_task("sst5")
 
 
 def test_verbalisers_are_distinct_for_the_byte_tokenizer():
@@ -93,3 +93,15 @@ def test_definition_task_options_contain_the_answer():
         lines = e.text.splitlines()[-4:]
         assert [ln[0] for ln in lines] == list(tasks.LETTERS)
     assert {e.label for e in t.test} == {0, 1, 2, 3}
+
+
+def test_gpu_profile_names_the_papers_tasks():
+    from layerlab import diversity_chapter as ch
+    from layerlab.profiles import select
+
+    gpu = select(ch.PRESETS, "gpu")
+    assert set(gpu.tasks) <= set(tasks.HUB_TASKS) and "Llama-3" in gpu.model
+    for p in ch.PRESETS.values():
+        assert set(p.tasks) <= set(tasks.TASK_NAMES) | set(tasks.HUB_TASKS)
+    with pytest.raises(ValueError, match="unknown profile"):
+        select(ch.PRESETS, "tpu")

@@ -61,7 +61,7 @@ PRESETS: dict[str, Preset] = {
         lm_window=32,
         lm_positions=4,
         null_examples=12,
-        family_profile=None,
+        family_profile="smoke",
         family_task="topic",
         family_examples=16,
         n_boot=100,
@@ -120,9 +120,12 @@ def model_tag(preset: Preset, *, random_init: bool = False) -> str:
 
 
 # --------------------------------------------------------------------------- tasks
-def encode_prompts(task: tk.Task, tokenizer, examples: list[tk.Example], shots: int, seed: int):
-    """Token ids of each prompt (the answer's separator appended when verbalisers are bare words)."""
-    ids, sep = tk.verbaliser_ids(tokenizer, task.classes)
+def encode_prompts(
+    task: tk.Task, tokenizer, examples: list[tk.Example], shots: int, seed: int, verbalisers: bool = True
+):
+    """Token ids of each prompt (the answer's separator appended when verbalisers are bare words).
+    ``verbalisers=False``: prompts for a linear-head readout only (no verbaliser tokens needed)."""
+    ids, sep = tk.verbaliser_ids(tokenizer, task.classes) if verbalisers else ([], " ")
     pool = task.shots(shots, seed=seed)
     bos = getattr(tokenizer, "bos_token_id", None)
     seqs = []
@@ -136,11 +139,19 @@ def encode_prompts(task: tk.Task, tokenizer, examples: list[tk.Example], shots: 
 
 
 def task_features(
-    model, tokenizer, task: tk.Task, preset: Preset, *, tag: str, split: str = "test", limit: int | None = None
+    model,
+    tokenizer,
+    task: tk.Task,
+    preset: Preset,
+    *,
+    tag: str,
+    split: str = "test",
+    limit: int | None = None,
+    verbalisers: bool = True,
 ) -> dm.MemberFeatures:
     """Member features of a task split, cached by model tag, task, prompts and preset."""
     exs = (task.test if split == "test" else task.train)[:limit]
-    seqs, _ = encode_prompts(task, tokenizer, exs, preset.shots, preset.seed)
+    seqs, _ = encode_prompts(task, tokenizer, exs, preset.shots, preset.seed, verbalisers)
     key = {
         "version": FEATURES_VERSION,
         "model": tag,
@@ -336,6 +347,12 @@ def run_family(preset: Preset) -> pd.DataFrame | None:
     except ImportError:
         return None
     fam = get_family(preset.family_profile)
+    # the depth sweep: the (width, lr) group with the most distinct depths (matched tokens and seeds)
+    groups: dict[tuple, set] = {}
+    for m in fam:
+        groups.setdefault((m.width, m.lr), set()).add(m.depth)
+    width, lr = max(groups, key=lambda g: len(groups[g]))
+    members = [m for m in fam if m.width == width and m.lr == lr]
     task = tk.load_task(
         preset.family_task,
         n_train=preset.family_examples,
@@ -344,12 +361,13 @@ def run_family(preset: Preset) -> pd.DataFrame | None:
         max_words=preset.max_words,
     )
     rows = []
-    for member in fam:
+    for member in members:
         for random_init in (False, True):
             model, tok = member.load(random_init=random_init)
-            tag = f"family|{member.name}|{'random' if random_init else 'trained'}"
-            f_test = task_features(model, tok, task, preset, tag=tag)
-            f_train = task_features(model, tok, task, preset, tag=tag, split="train")
+            init = "random" if random_init else "trained"
+            tag = f"family|{preset.family_profile}|{member.name}|{init}|{fingerprint(member.curve)}"
+            f_test = task_features(model, tok, task, preset, tag=tag, verbalisers=False)
+            f_train = task_features(model, tok, task, preset, tag=tag, split="train", verbalisers=False)
             ro = dm.apply_readout(f_test, dm.fit_head(f_train, task.n_classes, seed=preset.seed))
             ex = da.per_example(ro)
             row = {

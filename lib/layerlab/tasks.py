@@ -23,6 +23,51 @@ from pathlib import Path
 
 TASK_NAMES = ("sent", "unc", "topic", "def")
 
+# The paper's tasks (gpu profile; need the `datasets` package and hub access):
+# name -> (dataset id, config, split, text fields, verbaliser words, template)
+HUB_TASKS: dict[str, tuple] = {
+    "sst2": (
+        "nyu-mll/glue",
+        "sst2",
+        "validation",
+        ("sentence",),
+        ("negative", "positive"),
+        "Review: {text}\nSentiment:",
+    ),
+    "rte": (
+        "nyu-mll/glue",
+        "rte",
+        "validation",
+        ("sentence1", "sentence2"),
+        ("yes", "no"),
+        "{text}\nDoes the first sentence entail the second? Answer:",
+    ),
+    "ag_news": (
+        "fancyzhx/ag_news",
+        None,
+        "test",
+        ("text",),
+        ("world", "sports", "business", "technology"),
+        "Article: {text}\nTopic:",
+    ),
+    "arc_easy": (
+        "allenai/ai2_arc",
+        "ARC-Easy",
+        "test",
+        ("question", "choices"),
+        ("A", "B", "C", "D"),
+        "Question: {text}\nAnswer:",
+    ),
+    "arc_challenge": (
+        "allenai/ai2_arc",
+        "ARC-Challenge",
+        "test",
+        ("question", "choices"),
+        ("A", "B", "C", "D"),
+        "Question: {text}\nAnswer:",
+    ),
+}
+
 # WordNet lexicographer files used as topics (lexnames(5WN)) -> verbaliser word.
 TOPIC_CLASSES = {5: "animal", 13: "food", 18: "human", 15: "place"}
 LETTERS = ("A", "B", "C", "D")
@@ -186,8 +231,10 @@ def _clip(text: str, max_words: int) -> str:
 
 def load_task(name: str, *, n_train: int = 200, n_test: int = 200, seed: int = 0, max_words: int = 40) -> Task:
     """Load one task with a seeded, label-balanced train/test split (sizes are totals over classes)."""
+    if name in HUB_TASKS:
+        return _hub_task(name, n_train, n_test, seed, max_words)
     if name not in TASK_NAMES:
-        raise ValueError(f"unknown task {name!r}: choose one of {TASK_NAMES}")
+        raise ValueError(f"unknown task {name!r}: choose one of {TASK_NAMES} (offline) or {tuple(HUB_TASKS)} (hub)")
     if name == "sent":
         ex = read_labelled_csv(_data_path("polarity"), {"1": 0, "-1": 1})
         ex = [Example(_clip(e.text, max_words), e.label) for e in ex]
@@ -272,4 +319,40 @@ def _definition_task(synsets, n_train: int, n_test: int, seed: int, max_words: i
         examples[n_train:need],
         "Answer each question with the letter of the word that matches the definition.",
         {"source": "WordNet 3.0 noun glosses (Debian wordnet-base)"},
+    )
+
+
+def _hub_task(name: str, n_train: int, n_test: int, seed: int, max_words: int) -> Task:
+    """The paper's task from the Hugging Face hub (gpu profile). Few-shot/head examples come from the
+    dataset's train split; analysed examples from the split the paper used (``HUB_TASKS``)."""
+    repo, config, split, fields, classes, template = HUB_TASKS[name]
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError(
+            f"task {name!r} needs the `datasets` package and hub access: pip install datasets, "
+            "unset HF_HUB_OFFLINE (gpu profile); offline, use one of " + str(TASK_NAMES)
+        ) from None
+
+    def rows(sp: str) -> list[Example]:
+        out = []
+        for r in datasets.load_dataset(repo, config, split=sp):
+            if "choices" in fields:
+                labels = list(r["choices"]["label"])
+                if labels != list("ABCD") or r["answerKey"] not in labels:
+                    continue  # keep 4-option items with letter keys
+                text = r["question"] + "\n" + "\n".join(f"{k}. {t}" for k, t in zip(labels, r["choices"]["text"]))
+                out.append(Example(text, labels.index(r["answerKey"])))
+            else:
+                text = "\n".join(_clip(str(r[f]), max_words) for f in fields)
+                out.append(Example(text, int(r["label"])))
+        return out
+
+    train = rows("train")
+    test = rows(split)
+    rng = random.Random(seed)
+    rng.shuffle(train)
+    rng.shuffle(test)
+    return Task(
+        name, classes, template, train[:n_train], test[:n_test], "", {"source": f"{repo} {config or ''} {split}"}
     )
