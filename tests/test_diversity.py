@@ -148,3 +148,31 @@ def test_bad_inputs_raise_clear_errors():
         dv.target(labels, 4, "soft")
     with pytest.raises(ValueError, match="need f"):
         dv.decompose_mse(f, torch.zeros(3, 4))
+
+
+def test_partial_correlation_removes_a_shared_trend():
+    import numpy as np
+
+    from layerlab import diversity_analysis as da
+
+    rng = np.random.default_rng(0)
+    z = np.arange(200, dtype=float)
+    x, y = z + rng.normal(0, 5, 200), z + rng.normal(0, 5, 200)
+    assert np.corrcoef(x, y)[0, 1] > 0.9
+    assert abs(da.partial_corr(x, y, z)) < 0.2
+
+
+def test_sweep_is_consistent_with_direct_terms():
+    from layerlab import diversity_analysis as da
+
+    f, labels = _rand(n=30, m=9, c=3, seed=4)
+    scales = torch.rand(30, 5, dtype=torch.float64) + 0.5
+    ro = dv.MemberReadout(f, scales, torch.zeros(3, dtype=torch.float64), labels % 3)
+    sw = da.sweep(ro, n_boot=50)
+    d, ce, pred = dv.terms_at_depth(ro, 2)
+    row = sw[(sw.k == 2)].set_index("term")["value"]
+    assert abs(row["mse"] - float(d.mse.mean())) < 1e-12 and abs(row["kl"] - float(ce.kl.mean())) < 1e-12
+    assert abs(row["bias_per_m"] - float(d.bias.mean()) / 5) < 1e-12
+    assert set(sw.k) == set(range(5)) and (sw.low <= sw.value + 1e-12).all()
+    info = da.info_terms(ro, n_boot=20, n_perm=20)
+    assert len(info) == 5 and (info.info_low <= info.info_high).all()
