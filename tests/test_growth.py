@@ -183,3 +183,64 @@ def test_mslt_trains_only_new_top_layers():
     assert s.phases[1].copy_from == {2: 0, 3: 1} and s.phases[1].trains_embed() is False
     assert s.phases[-1].layers == (0, 1, 2, 3)
     assert s.total_steps == 10
+
+
+# ----------------------------------------------------------------------------- matched-budget analysis
+
+
+def _run(arm, seed, nll_curve, flops_per_step=10.0, wall_per_step=1.0, n_windows=4):
+    evals = []
+    for k, v in enumerate(nll_curve):
+        evals.append({"step": k, "tokens": 100 * k, "flops": flops_per_step * k, "wall": wall_per_step * k,
+                      "val_nll": v, "windows": [v] * n_windows})
+    return {"arm": arm, "seed": seed, "evals": evals,
+            "totals": {"wall": wall_per_step * (len(nll_curve) - 1), "flops": flops_per_step * (len(nll_curve) - 1)}}
+
+
+def test_windows_at_interpolates_and_refuses_extrapolation():
+    from layerlab.growth_chapter import windows_at
+
+    r = _run("uniform", 0, [6.0, 5.0, 4.0])
+    assert np.allclose(windows_at(r, "tokens", 150), 4.5)
+    assert np.allclose(windows_at(r, "flops", 0), 6.0)
+    assert np.isnan(windows_at(r, "tokens", 201)).all()
+
+
+def test_cost_to_target_and_speedups():
+    from layerlab.growth_chapter import cost_to_target, speedups
+
+    r = _run("uniform", 0, [6.0, 5.0, 4.0])
+    assert cost_to_target(r, "tokens", 4.5) == pytest.approx(150.0)
+    assert cost_to_target(r, "tokens", 3.0) == float("inf")
+    # an arm that is twice as cheap per step on the FLOP axis and follows the same loss curve
+    res = {"runs": [_run("uniform", s, [6.0, 5.0, 4.0]) for s in range(3)]
+           + [_run("gtt", s, [6.0, 5.0, 4.0], flops_per_step=5.0) for s in range(3)]}
+    sp = speedups(res, "flops").set_index("arm")
+    assert sp.loc["gtt", "saving"] == pytest.approx(0.5)
+    assert sp.loc["gtt", "speedup"] == pytest.approx(2.0)
+    assert sp.loc["uniform", "saving"] == pytest.approx(0.0)
+
+
+def test_hierarchical_delta_ci_covers_a_known_shift():
+    from layerlab.growth_chapter import hierarchical_delta
+
+    rng = np.random.default_rng(0)
+    base = rng.normal(5.0, 0.3, size=64)
+    a = base[None, :] + rng.normal(0, 0.01, size=(3, 64)) - 0.2
+    b = base[None, :] + rng.normal(0, 0.01, size=(3, 64))
+    ci = hierarchical_delta(a, b, n_boot=500)
+    assert ci.low < -0.2 < ci.high and ci.high < 0
+    assert ci.estimate == pytest.approx(a.mean() - b.mean())
+
+
+def test_matched_uses_the_smallest_budget_and_reports_deltas():
+    from layerlab.growth_chapter import matched
+
+    res = {"runs": [_run("uniform", s, [6.0, 5.0, 4.0]) for s in range(3)]
+           + [_run("gtt", s, [6.0, 5.5, 4.5], flops_per_step=5.0) for s in range(3)]}
+    m = matched(res, "flops").set_index("arm")
+    assert m.loc["gtt", "budget"] == 10.0  # gtt spent 2 x 5 FLOPs; uniform read at 10 = step 1
+    assert m.loc["uniform", "nll"] == pytest.approx(5.0)
+    assert m.loc["gtt", "delta"] == pytest.approx(-0.5)
+    t = matched(res, "tokens").set_index("arm")
+    assert t.loc["gtt", "delta"] == pytest.approx(0.5)
