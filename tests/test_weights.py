@@ -97,6 +97,7 @@ def test_q4_1_round_trip_error_and_energy():
     assert measured == pytest.approx(expected, rel=0.1)  # uniform rounding, 20k entries
 
 
+@pytest.mark.slow
 def test_gguf_error_table_offline_model():
     try:
         path = W.default_gguf_path()
