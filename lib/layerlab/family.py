@@ -32,7 +32,17 @@ import torch
 
 from . import profiles
 from .cache import cache_path, cached_tensors, fingerprint, write_json
-from .train import ModelSpec, TrainConfig, build_model, eval_nll, load_weights, log_steps, train
+from .train import (
+    ModelSpec,
+    TrainConfig,
+    _rank_world,
+    build_model,
+    default_device,
+    eval_nll,
+    load_weights,
+    log_steps,
+    train,
+)
 
 FAMILY_VERSION = "1"  # bump when training or the family protocol changes (invalidates trained weights)
 
@@ -243,6 +253,8 @@ def get_family(profile: str, *, progress: bool = False, train_missing: bool = Tr
             with cf.ProcessPoolExecutor(min(workers, len(missing)), mp_context=mp.get_context("spawn")) as ex:
                 for fut in [ex.submit(_train_one, profile, ms, root, False, 1) for ms in missing]:
                     fut.result()
+        if _rank_world()[1] > 1:  # under torchrun, wait until rank 0 has written every result
+            torch.distributed.barrier()
     members = []
     for ms in preset.members:
         res = json.loads((root / ms.name / "result.json").read_text())
@@ -273,13 +285,18 @@ def _train_member(preset, ms: MemberSpec, spec: ModelSpec, train_ids, val_ids, r
     ckpts = log_steps(ms.steps)
     cfg = TrainConfig(batch_size=preset.batch_size, seed=ms.seed, weight_decay=preset.weight_decay,
                       checkpoints=ckpts, eval_steps=ckpts)
-    model = build_model(spec, seed=ms.seed)
+    model = build_model(spec, seed=ms.seed).to(default_device())
     t0 = time.perf_counter()
     res = train(model, uniform(ms.depth, ms.steps, lr=ms.lr, warmup=min(preset.warmup, ms.steps // 4)),
                 train_ids, cfg, val_ids=val_ids, run_dir=run_dir, progress=progress)
     seconds = time.perf_counter() - t0
     final = [e for e in res.evals if e["step"] == ms.steps]
     nll = final[0]["val_nll"] if final else eval_nll(res.model, val_ids)
+    rank, world = _rank_world()
+    if world > 1:
+        torch.distributed.barrier()
+    if rank != 0:
+        return
     write_json(run_dir / "result.json", {
         "name": ms.name, "tokens": res.totals["tokens"], "heldout_nll": nll, "checkpoints": list(ckpts),
         "curve": res.evals, "train_loss": [r["loss"] for r in res.log], "train_seconds": seconds,

@@ -109,7 +109,7 @@ def run_arm(profile: str, arm: str, seed: int, lr: float, importance=None, threa
            "schedule": dataclasses.asdict(sched)}
 
     def compute() -> dict:
-        from .train import TrainConfig, build_model, train
+        from .train import TrainConfig, build_model, default_device, train
 
         if threads:
             torch.set_num_threads(threads)
@@ -118,7 +118,8 @@ def run_arm(profile: str, arm: str, seed: int, lr: float, importance=None, threa
         evals = tuple(sorted({0, *np.linspace(0, preset.steps, preset.n_evals + 1).round().astype(int).tolist()}))
         cfg = TrainConfig(batch_size=preset.batch_size, seed=seed, eval_steps=evals, eval_per_window=True)
         t0 = time.perf_counter()
-        res = train(build_model(spec, seed=seed), sched, train_ids, cfg, val_ids=val_ids, progress=False)
+        res = train(build_model(spec, seed=seed).to(default_device()), sched, train_ids, cfg, val_ids=val_ids,
+                    progress=False)
         return {"arm": arm, "seed": seed, "lr": lr, "evals": res.evals, "ledger": res.ledger,
                 "totals": res.totals, "schedule": growth.describe(sched), "seconds": time.perf_counter() - t0,
                 "train_loss": [r["loss"] for r in res.log], "mode": sched.mode}

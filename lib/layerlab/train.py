@@ -158,6 +158,13 @@ def init_distributed() -> tuple[int, int]:
     return 0, 1
 
 
+def default_device() -> torch.device:
+    """``cuda:LOCAL_RANK`` when a GPU is present (one device per torchrun process), else CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
 def _rank_world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
