@@ -65,7 +65,12 @@ PRESETS: dict[str, Preset] = {
                     recovery_lr=1e-3,
                     recovery_window=32, recovery_train_tokens=256, recovery_eval_tokens=64, n_boot=200,
                     n_shuffles=5),
-    "cpu": Preset(model="smollm2-135m"),
+    # sized for ~15 min on 2 idle cores (measured: one 8x256 fp32 pass ≈ 6 s); the ≥ 32k-token large protocol
+    # is one override away (papermill -y '{"overrides": {"ablation_tokens": 32768}}', ≈ +55 min cold)
+    "cpu": Preset(model="smollm2-135m", ablation_tokens=4_080, ablation_tokens_small=1_020, calib_tokens=2_040,
+                  replacement_tokens=2_040, replacement_ks=(1, 2, 4, 9, 16), replacement_single=(3, 11, 17, 26),
+                  manip_tokens=2_040, alphas=(0.5, 0.9, 1.05), recovery_layers=(8, 11, 14, 17, 3),
+                  recovery_steps=10, recovery_eval_every=5, recovery_eval_tokens=508),
     "gpu": Preset(model="HuggingFaceTB/SmolLM2-135M", batch_size=32, ablation_tokens=1_048_576,
                   ablation_tokens_small=262_144, calib_tokens=65_536, replacement_tokens=131_072,
                   replacement_ks=tuple(range(1, 29)), replacement_single=tuple(range(1, 30)), manip_tokens=131_072,
