@@ -45,8 +45,9 @@ def r2_figure(pred: pd.DataFrame):
         lo = max(float(np.nanmin(t[["r2", "N1", "N2_low"]].to_numpy())), -1.0)
         ax.set_ylim(min(lo, 0) - 0.05, 1.05)
     np.atleast_1d(axes)[0].set_ylabel("held-out R²")
-    np.atleast_1d(axes)[-1].legend(fontsize="x-small")
-    fig.tight_layout()
+    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize="small")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
 
