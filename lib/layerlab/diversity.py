@@ -17,7 +17,7 @@ mean member f_bar equals the model's logits z, and for any target y (section 3.3
     CE(y, softmax z) = (1/M) sum_i CE(y, q_i) - (1/M) sum_i KL(p || q_i)   (exact, section 3.5)
 
 This module holds the tensor algebra; collecting members from a model lives in
-``layerlab.members`` (one forward per example, prediction position only).
+``layerlab.diversity_members`` (one forward per example, prediction position only).
 """
 
 from __future__ import annotations
