@@ -14,12 +14,9 @@ manager, never from ``hidden_states``):
 
 * :func:`frozen_context_jacobians` (Method A): in a causal block the keys/values of positions < t
   do not depend on x_t, so J_tt is the Jacobian of a single-token map with a frozen KV cache of the
-  prefix (the block is called with a read-only cache; RoPE position t and GQA come from the
-  model's own code). The d basis vectors are vectorised as d copies of the token and one backward
-  pass: by default the copies are d query rows at position t that see the shared prefix and not
-  each other (``layout="seq"``); ``layout="batch"`` puts them in the batch dimension instead.
-  Cost ~ 2 P_block d per Jacobian, independent of the prompt length. Works for every causal family
-  the adapter supports (tested: Llama, Qwen2, Gemma 2/3, GPT-2, GPT-NeoX tiny configs).
+  prefix (the block is called on one token with a read-only cache; RoPE position t and GQA come
+  from the model's own code). The d basis vectors are vectorised as d batched copies of the token
+  and one backward pass. Cost ~ 2 P_block d per Jacobian, independent of the prompt length.
 * :func:`output_token_jacobians` (Method B, reverse mode): J_{t1 t2} for all t1 <= t2 at once.
 * :func:`input_token_jacobians` (Method C, forward mode): J_{t1 t2} for all t2 >= t1 at once.
 * :func:`reference_jacobians`: the authors' method, d VJPs of the output row through the whole
