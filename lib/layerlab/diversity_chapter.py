@@ -336,17 +336,21 @@ def run_random_init(preset: Preset) -> dict:
     }
 
 
-def run_family(preset: Preset) -> pd.DataFrame | None:
+def run_family(preset: Preset, *, train_missing: bool = True) -> pd.DataFrame | None:
     """Performance vs depth across the depth-varied trained family (spec 3.7, meaning 3) and its
     random-init copies: linear-head accuracy, MSE, Bias, Div and CE on ``family_task`` at full depth.
-    None when the family module is unavailable or the preset has no family."""
+    None when the family module is unavailable, the preset has no family, or (``train_missing=False``)
+    some members are not trained yet."""
     if preset.family_profile is None:
         return None
     try:
         from .family import get_family
     except ImportError:
         return None
-    fam = get_family(preset.family_profile)
+    try:
+        fam = get_family(preset.family_profile, train_missing=train_missing)
+    except FileNotFoundError:
+        return None
     # the depth sweep: the (width, lr) group with the most distinct depths (matched tokens and seeds)
     groups: dict[tuple, set] = {}
     for m in fam:
