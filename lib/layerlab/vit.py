@@ -14,7 +14,9 @@ choice) and at the CLS token.
 from __future__ import annotations
 
 import gzip
+import hashlib
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -125,7 +127,7 @@ def checkpoint_steps(steps: int, n: int) -> list[int]:
 
 def train_vit(cfg: ViTConfig) -> dict[str, Tensor]:
     """Train (AdamW, fixed seed) and return checkpoints ``"{step}/{param}"`` plus ``"steps"`` and
-    ``"test_acc"`` [n_ckpt]; cached as safetensors keyed by the config."""
+    ``"test_acc"`` [n_ckpt]; cached as safetensors keyed by the config and this module's source."""
 
     def compute() -> dict[str, Tensor]:
         xtr, ytr, xte, yte = load_images(cfg.dataset, cfg.seed)
@@ -155,7 +157,8 @@ def train_vit(cfg: ViTConfig) -> dict[str, Tensor]:
         out["test_acc"] = torch.tensor(accs)
         return out
 
-    return cached_tensors("vit", asdict(cfg), compute)
+    src = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]  # this module's code, not the whole lib
+    return cached_tensors("vit", {**asdict(cfg), "src": src}, compute, lib_versioned=False)
 
 
 def load_checkpoint(cfg: ViTConfig, run: dict[str, Tensor], step: int) -> ViT:
