@@ -42,9 +42,12 @@ def _check(model: torch.nn.Module, layers: Sequence[int], strategy: str, alpha: 
 
 
 def manipulated_weights(model: torch.nn.Module, layers: Sequence[int], strategy: str, *, alpha: float = 0.9,
-                        beta: float = 0.5, source: str = "prev",
-                        components: str = "all") -> dict[int, dict[str, Tensor]]:
-    """New weights {layer: {component: tensor}} for a weight strategy (all read from the unmodified model)."""
+                        beta: float = 0.5, source: str = "prev", components: str = "all",
+                        thetas: dict[str, Tensor] | None = None) -> dict[int, dict[str, Tensor]]:
+    """New weights {layer: {component: tensor}} for a weight strategy (all read from the unmodified model).
+
+    ``predicted``: teacher-forced P1 weights a·W_{l−1} + b; ``thetas`` are precomputed
+    :func:`layerlab.predictability.lag_thetas` (fitted on all layers when not given)."""
     layers = _check(model, layers, strategy, alpha, beta, components)
     if strategy == "scale_block":
         raise ValueError("'scale_block' is an activation intervention: use manipulate()")
@@ -54,12 +57,14 @@ def manipulated_weights(model: torch.nn.Module, layers: Sequence[int], strategy:
     L = mv.n_layers
     names = list(weights.WRITERS) if components == "writers" else weights.components_of(model)
     if strategy == "predicted":
-        from layerlab.predictability import predict_layers
-
         if 0 in layers:
             raise ValueError("layer 0 has no predecessor to predict from: choose layers >= 1")
-        stacks = {c: weights.component_stack(model, c, dtype=next(model.parameters()).dtype) for c in names}
-        return predict_layers(stacks, layers, mode="teacher")
+        if thetas is None:
+            from layerlab.predictability import lag_thetas
+
+            thetas = lag_thetas({c: weights.component_stack(model, c) for c in names})
+        return {layer: {c: (thetas[c][0] * mv.blocks[layer - 1].weights()[c].detach().double() + thetas[c][1])
+                        .to(mv.blocks[layer].weights()[c].dtype) for c in names} for layer in layers}
     out: dict[int, dict[str, Tensor]] = {}
     for layer in layers:
         w = {c: mv.blocks[layer].weights()[c].detach() for c in names}
@@ -100,8 +105,8 @@ def _scale_blocks(model: torch.nn.Module, layers: Sequence[int], alpha: float) -
 
 
 def manipulate(model: torch.nn.Module, layers: Sequence[int], strategy: str, *, alpha: float = 0.9,
-               beta: float = 0.5, source: str = "prev",
-               components: str = "all") -> contextlib.AbstractContextManager:
+               beta: float = 0.5, source: str = "prev", components: str = "all",
+               thetas: dict[str, Tensor] | None = None) -> contextlib.AbstractContextManager:
     """Context manager applying a manipulation (spec 3.8) to ``layers``; the model is restored exactly on exit."""
     layers = _check(model, layers, strategy, alpha, beta, components)
     if strategy == "scale_block":
@@ -109,7 +114,7 @@ def manipulate(model: torch.nn.Module, layers: Sequence[int], strategy: str, *, 
             raise ValueError("'scale_block' scales the whole block output; use components='all'")
         return _scale_blocks(model, layers, alpha)
     return swap_weights(model, manipulated_weights(model, layers, strategy, alpha=alpha, beta=beta, source=source,
-                                                   components=components))
+                                                   components=components, thetas=thetas))
 
 
 def manipulation_interventions(model: torch.nn.Module, targets: dict[str, Sequence[int]],
@@ -120,9 +125,18 @@ def manipulation_interventions(model: torch.nn.Module, targets: dict[str, Sequen
     configs: name -> keyword arguments of :func:`manipulate` including ``strategy``.
     """
     ivs = []
+    thetas: dict[str, dict[str, Tensor]] = {}
     for cname, kw in configs.items():
         kw = dict(kw)
         strategy = kw.pop("strategy")
+        if strategy == "predicted":  # fit the regression once per component set, not once per batch
+            from layerlab.predictability import lag_thetas
+
+            comps = kw.get("components", "all")
+            if comps not in thetas:
+                names = list(weights.WRITERS) if comps == "writers" else weights.components_of(model)
+                thetas[comps] = lag_thetas({c: weights.component_stack(model, c) for c in names})
+            kw["thetas"] = thetas[comps]
         for tname, layers in targets.items():
             layers = list(layers)
             if strategy == "predicted":

@@ -222,13 +222,14 @@ def predictability_table(stacks: dict[str, Tensor], null_stacks: dict[str, Tenso
 
 
 def predict_layers(stacks: dict[str, Tensor], layers: Sequence[int], *, mode: str = "teacher",
-                   lags: Sequence[int] = (1,), lam: float = 0.0,
-                   fit_layers: Sequence[int] | None = None) -> dict[int, dict[str, Tensor]]:
+                   lags: Sequence[int] = (1,), lam: float = 0.0, fit_layers: Sequence[int] | None = None,
+                   thetas: dict[str, Tensor] | None = None) -> dict[int, dict[str, Tensor]]:
     """Regression-generated weights (spec 3.5) for ``layers`` (ascending), per component.
 
     The lag ridge is fitted on ``fit_layers`` (default: all layers). mode ``"teacher"``: each prediction
     uses the real earlier layers; ``"generated"``: it uses earlier *predicted* layers where they exist
-    (error accumulation). Returns {layer: {component: tensor shaped like the real weight}}.
+    (error accumulation). ``thetas``: precomputed :func:`lag_thetas` (same lags). Returns
+    {layer: {component: tensor shaped like the real weight}}.
     """
     if mode not in ("teacher", "generated"):
         raise ValueError(f"unknown mode {mode!r}: choose 'teacher' or 'generated'")
@@ -238,7 +239,8 @@ def predict_layers(stacks: dict[str, Tensor], layers: Sequence[int], *, mode: st
         n = st.shape[0]
         if layers and layers[0] - max(lags) < 0:
             raise ValueError(f"layer {layers[0]} has no lag-{max(lags)} predecessor")
-        theta = fit_lags(gram(st), lags, fit_layers if fit_layers is not None else range(n), lam)
+        theta = thetas[comp] if thetas is not None else fit_lags(
+            gram(st), lags, fit_layers if fit_layers is not None else range(n), lam)
         cur = st.to(torch.float64).clone()
         for layer in layers:
             src = cur if mode == "generated" else st.to(torch.float64)
@@ -246,6 +248,13 @@ def predict_layers(stacks: dict[str, Tensor], layers: Sequence[int], *, mode: st
             cur[layer] = pred
             out[layer][comp] = pred.to(st.dtype)
     return out
+
+
+def lag_thetas(stacks: dict[str, Tensor], lags: Sequence[int] = (1,), lam: float = 0.0,
+               fit_layers: Sequence[int] | None = None) -> dict[str, Tensor]:
+    """Lag-ridge coefficients (a_1..a_k, b) per component, fitted once on ``fit_layers`` (default: all)."""
+    return {c: fit_lags(gram(st), lags, fit_layers if fit_layers is not None else range(st.shape[0]), lam)
+            for c, st in stacks.items()}
 
 
 def matched_norm_random(weights: dict[str, Tensor], seed: int = 0) -> dict[str, Tensor]:
@@ -275,14 +284,15 @@ def replacement_interventions(model: torch.nn.Module, *, ks: Sequence[int] = (1,
     comps = weights.components_of(model)
     stacks = {c: weights.component_stack(model, c, dtype=next(model.parameters()).dtype) for c in comps}
     ivs = []
+    thetas = lag_thetas(stacks, lam=lam)
     for k in ks:
         if not 1 <= k <= L - 1:
             raise ValueError(f"k={k} deepest layers: choose 1..{L - 1} for this {L}-layer model")
-        new = predict_layers(stacks, range(L - k, L), mode=mode, lam=lam)
+        new = predict_layers(stacks, range(L - k, L), mode=mode, thetas=thetas)
         ivs.append(Intervention(f"deepest{k}", L - k, lambda new=new: swap_weights(model, new)))
     for layer in single:
         mv.check_layer(layer)
-        new = predict_layers(stacks, [layer], mode="teacher", lam=lam)
+        new = predict_layers(stacks, [layer], mode="teacher", thetas=thetas)
         real = {c: st[layer] for c, st in stacks.items()}
         rnd = {layer: matched_norm_random(real, seed=seed + layer)}  # row norms of the real layer
         ivs.append(Intervention(f"predicted@{layer}", layer, lambda new=new: swap_weights(model, new)))
