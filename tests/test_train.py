@@ -155,3 +155,20 @@ def test_bad_inputs_raise_clear_errors():
         train(model, growth.uniform(4, 1), _ids(), TrainConfig(), progress=False)
     with pytest.raises(ValueError, match="invalid ModelSpec"):
         ModelSpec(depth=2, width=10, heads=4).config()
+
+
+def test_flops_true_growth_skips_inactive_layers():
+    """In true growth, skipped layers cost nothing: the ledger's forward/backward for the active
+    subset equal torch's count with the other layers bypassed."""
+    model = build_model(SPEC, seed=0, dtype=torch.float64)
+    growth.set_trainable(model, growth.Phase((0, 1), 1, embed=True))
+    x = _ids(2)
+    with growth.only_layers(model, [0, 1]):
+        with FlopCounterMode(display=False) as fc:
+            logits = model(input_ids=x).logits
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+        with FlopCounterMode(display=False) as fb:
+            loss.backward()
+    f = flops_per_token(model.config, 8, [0, 1], [0, 1], True, True)
+    assert fc.get_total_flops() == f["forward"] * x.numel()
+    assert fb.get_total_flops() == (f["act_grad"] + f["weight_grad"]) * x.numel()
