@@ -264,9 +264,10 @@ def identity_error(model, tokenizer, task: tk.Task, preset: Preset, n: int = 2) 
 
 
 # --------------------------------------------------------------------------- language modelling
-def run_lm(model, tokenizer, preset: Preset, *, tag: str, chunk: int = 4) -> dict:
+def run_lm(model, tokenizer, preset: Preset, *, tag: str, chunk: int = 8, n_depths: int = 5) -> dict:
     """T-LM: next-token prediction on held-out windows, full vocabulary, streamed per chunk of positions
-    (spec section 6): per depth k the MSE/Bias/Div (one-hot target over V) and CE = member CE - KL."""
+    (spec section 6): at about ``n_depths`` depths k (always including 0 and L) the MSE/Bias/Div
+    (one-hot target over V) and CE = member CE - KL, with cluster-bootstrap CIs over documents."""
     from .data import token_windows
 
     win = token_windows(
@@ -292,9 +293,11 @@ def run_lm(model, tokenizer, preset: Preset, *, tag: str, chunk: int = 4) -> dic
     )
     feats = dm.MemberFeatures.from_tensors(t, [])
     lens = dm.lens_readout(model)
+    L = feats.n_layers
+    depths = sorted(set(range(0, L + 1, max(1, L // n_depths))) | {L})  # full-vocabulary terms are costly
     per_k: dict[int, dict[str, list]] = {}
     for ro in dm.readout_chunks(feats, lens, chunk):
-        for k in range(ro.n_layers + 1):
+        for k in depths:
             ex = da.per_example(ro, k)
             for term, x in ex.items():
                 per_k.setdefault(k, {}).setdefault(term, []).append(x)
