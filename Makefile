@@ -17,7 +17,7 @@ export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
 export HF_HUB_OFFLINE ?= $(if $(filter gpu,$(PROFILE)),0,1)
 export PIP_DISABLE_PIP_VERSION_CHECK ?= 1
 
-.PHONY: setup venv data test lint book bench clean distclean help
+.PHONY: setup venv data test lint book bench strip clean distclean help
 
 help:
 	@sed -n '1,5p' Makefile
@@ -49,6 +49,9 @@ book: data
 
 bench: $(STAMP)
 	@set -e; for f in bench/*.py; do echo "== $$f"; $(PY) $$f; done
+
+strip: $(STAMP)
+	$(PY) scripts/strip_notebooks.py
 
 clean:
 	rm -rf _build book/chapters .pytest_cache .ruff_cache

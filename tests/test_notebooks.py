@@ -31,7 +31,7 @@ def test_stored_without_outputs(path):
     ]
     assert not dirty, (
         f"{path.name}: cells {dirty} carry outputs or execution counts; strip them "
-        "(e.g. `jupyter nbconvert --clear-output --inplace`)"
+        "with `make strip` (scripts/strip_notebooks.py)"
     )
 
 
