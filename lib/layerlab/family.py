@@ -302,3 +302,22 @@ def _train_member(preset, ms: MemberSpec, spec: ModelSpec, train_ids, val_ids, r
         "curve": res.evals, "train_loss": [r["loss"] for r in res.log], "train_seconds": seconds,
         "ledger": res.totals,
     })
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m layerlab.family [smoke|cpu|gpu] [--workers N]``: train (or load) a family, print its table."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("profile", nargs="?", default="cpu")
+    ap.add_argument("--workers", type=int, default=None)
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    fam = get_family(a.profile, workers=a.workers)
+    print(fam.table().to_string())
+    print(f"{len(fam)} members; elapsed {time.perf_counter() - t0:.0f} s; "
+          f"summed member training time {fam.train_seconds:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
