@@ -37,11 +37,17 @@ $(STAMP): requirements.txt requirements-model.txt pyproject.toml
 data: $(STAMP)
 	$(PY) -m layerlab.fetch
 
-lint: $(STAMP)
-	$(PY) -m ruff check $(wildcard lib tests bench scripts)
+LINT_DIRS := $(wildcard lib tests bench scripts)
 
-test: data lint
-	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
+lint: $(STAMP)
+	$(PY) -m ruff check $(LINT_DIRS)
+
+# ruff and pytest both run (so one lint error does not hide the test results); either failing fails.
+test: data
+	@status=0; \
+	echo "$(PY) -m ruff check $(LINT_DIRS)"; $(PY) -m ruff check $(LINT_DIRS) || status=1; \
+	echo "$(PY) -m pytest -q -rs $(PYTEST_ARGS)"; $(PY) -m pytest -q -rs $(PYTEST_ARGS) || status=1; \
+	exit $$status
 
 book: data
 	PROFILE=$(PROFILE) $(PY) scripts/build_book.py --profile $(PROFILE)
