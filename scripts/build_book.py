@@ -142,19 +142,6 @@ def ensure_kernel() -> str:
     return KERNEL_NAME
 
 
-def _error_summary(nb_path: Path) -> str:
-    """The first error output of an executed notebook, as 'cell N: Ename: value'."""
-    try:
-        nb = nbformat.read(nb_path, as_version=4)
-    except Exception:  # noqa: BLE001 - best effort for the message
-        return "(no executed notebook written)"
-    for i, cell in enumerate(nb.cells):
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error":
-                return f"cell {i}: {out.get('ename')}: {out.get('evalue')}"
-    return "(no error output recorded)"
-
-
 def execute(
     chapter: Chapter,
     profile: str,
@@ -209,7 +196,7 @@ def execute(
             if tmp_nb.exists():
                 shutil.move(tmp_nb, failed)
             raise BuildError(
-                f"chapter {chapter.name!r} failed at profile={profile}, cell {e.exec_count or e.cell_index}: "
+                f"chapter {chapter.name!r} failed at profile={profile}, cell In[{e.exec_count}]: "
                 f"{e.ename}: {e.evalue}\n  (partially executed notebook: {failed})"
             ) from None
         except Exception as e:
