@@ -57,7 +57,7 @@ PRESETS: dict[str, LensPreset] = {
     "smoke": LensPreset(model="tiny-llama", window=64, eval_tokens=504, lens_positions=8, random_tokens=252,
                         batch_size=4, n_boot=200),
     "cpu": LensPreset(model="smollm2-135m", window=1024, eval_tokens=16_368, lens_positions=64,
-                      random_tokens=2_046, batch_size=2, n_boot=1000),
+                      random_tokens=4_092, batch_size=2, n_boot=1000),
     "gpu": LensPreset(model="HuggingFaceTB/SmolLM2-135M", window=2048, eval_tokens=1_000_000,
                       lens_positions=128, random_tokens=65_536, batch_size=16, n_boot=2000, device="cuda"),
 }
