@@ -14,13 +14,14 @@ document, is in two splits.
 tokens); windows never straddle two documents; the partial tail of a document is dropped. A window
 holds ``window`` token ids. BOS policy: a BOS id is prepended iff the tokenizer itself adds one
 (``tokenizer("a").input_ids`` starts with ``bos_token_id``): the tokenizer's own convention, which
-is how its model was trained to see text; SmolLM2's tokenizer (bos ``<|im_start|>``, ``add_bos_token=False``) and the byte tokenizer of the
-tiny models add none. Without BOS the first id of a window is context only and the other
-``window - 1`` ids are scored; with BOS all ``window - 1`` text ids are scored. The default stride
-is ``window - 1`` text tokens, so every token of a document except its first (no BOS) is scored
-exactly once. ``max_tokens`` keeps a seeded random subset of windows (kept in corpus order).
-``n_bytes`` per window is the UTF-8 size of the scored text span (from the tokenizer's character
-offsets; spans of consecutive windows tile the document exactly), used for bits per byte.
+is how its model was trained to see text. SmolLM2's tokenizer (bos ``<|im_start|>``,
+``add_bos_token=False``) and the byte tokenizer of the tiny models add none. Without BOS the first
+id of a window is context only and the other ``window - 1`` ids are scored; with BOS all
+``window - 1`` text ids are scored. The default stride is ``window - 1`` text tokens, so every token
+of a document except its first (no BOS) is scored exactly once. ``max_tokens`` keeps a seeded random
+subset of windows (kept in corpus order). ``n_bytes`` per window is the UTF-8 size of the scored
+text span (from the tokenizer's character offsets; spans of consecutive windows tile the document
+exactly), used for bits per byte.
 """
 
 from __future__ import annotations
