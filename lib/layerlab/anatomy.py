@@ -38,6 +38,7 @@ class Preset:
     replacement_single: tuple[int, ...] = (3, 8, 11, 14, 17, 26)
     manip_tokens: int = 4_096
     alphas: tuple[float, ...] = (0.5, 0.7, 0.8, 0.9, 0.95, 1.05)
+    writer_alphas: tuple[float, ...] = (0.9,)  # α values also run on the residual writers only
     manip_single: tuple[int, ...] = (11, 17)
     recovery_layers: tuple[int, ...] = (8, 11, 14, 17, 3, 25)
     recovery_control_layer: int = 11      # σ = 0 fine-tune control
@@ -68,12 +69,13 @@ PRESETS: dict[str, Preset] = {
     # sized for ~15 min on 2 idle cores (measured: one 8x256 fp32 pass ≈ 6 s); the ≥ 32k-token large protocol
     # is one override away (papermill -y '{"overrides": {"ablation_tokens": 32768}}', ≈ +55 min cold)
     "cpu": Preset(model="smollm2-135m", ablation_tokens=4_080, ablation_tokens_small=1_020, calib_tokens=2_040,
-                  replacement_tokens=2_040, replacement_ks=(1, 2, 4, 9, 16), replacement_single=(3, 11, 17, 26),
-                  manip_tokens=2_040, alphas=(0.5, 0.9, 1.05), recovery_layers=(8, 11, 14, 17, 3),
+                  replacement_tokens=1_020, replacement_ks=(1, 2, 4, 9, 16), replacement_single=(3, 11, 17, 26),
+                  manip_tokens=1_020, alphas=(0.5, 0.9, 1.05), recovery_layers=(8, 11, 14, 17, 3),
                   recovery_steps=10, recovery_eval_every=5, recovery_eval_tokens=508),
     "gpu": Preset(model="HuggingFaceTB/SmolLM2-135M", batch_size=32, ablation_tokens=1_048_576,
                   ablation_tokens_small=262_144, calib_tokens=65_536, replacement_tokens=131_072,
                   replacement_ks=tuple(range(1, 29)), replacement_single=tuple(range(1, 30)), manip_tokens=131_072,
+                  writer_alphas=(0.5, 0.7, 0.8, 0.9, 0.95, 1.05),
                   recovery_layers=tuple(range(30)), recovery_sigmas=(0.1, 0.5, 1.0),
                   recovery_kinds=("additive", "multiplicative"), recovery_scopes=("layer", "all"),
                   recovery_seeds=(0, 1, 2), recovery_steps=200, recovery_eval_every=10, recovery_batch=8,
@@ -223,7 +225,7 @@ def manipulation_configs(preset: Preset) -> dict[str, dict]:
     """The five strategies (plus the α sweep, the writers-only variant and exact block scaling)."""
     cfg = {f"scale{a:g}": {"strategy": "scale", "alpha": a} for a in preset.alphas}
     cfg.update({f"scale{a:g}-writers": {"strategy": "scale", "alpha": a, "components": "writers"}
-                for a in preset.alphas})
+                for a in preset.writer_alphas})
     cfg.update({"scale_block0.9": {"strategy": "scale_block", "alpha": 0.9}, "zero": {"strategy": "zero"},
                 "clone": {"strategy": "clone"}, "blend": {"strategy": "blend", "beta": 0.5},
                 "predicted": {"strategy": "predicted"}})
