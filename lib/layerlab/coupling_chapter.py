@@ -72,7 +72,8 @@ PRESETS: dict[str, CouplingPreset] = {
         model="smollm2-135m", n_prompts=16, max_tokens=64, ks=(10, 30, 50), init_seeds=(0, 1, 2),
         n_init_prompts=2, n_null=4, panel_layers=tuple(range(8, 16)), token_layers=(12, 13), n_tokens=12,
         family_profile="cpu", family_prompts=4, family_max_tokens=64, family_ks=(5, 10, 20),
-        checkpoint_filter={"depth": 4, "width": 64, "lr": 3e-3}, vit=(ViTConfig(),), vit_images=16),
+        checkpoint_filter={"depth": 4, "width": 64, "lr": 3e-3},
+        vit=(ViTConfig(), ViTConfig(dataset="fashion-mnist", patch=4, eval_images=2000)), vit_images=16),
     "gpu": CouplingPreset(
         model="meta-llama/Meta-Llama-3-8B", n_prompts=100, max_tokens=64, ks=(10, 30, 50), init_seeds=(0, 1, 2),
         n_init_prompts=16, n_null=16, panel_layers=tuple(range(9, 17)), token_layers=(12, 13), n_tokens=12,
