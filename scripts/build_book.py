@@ -7,7 +7,8 @@ is ``notebooks/<name>.ipynb`` (stored without outputs). Each is executed with pa
 ``-p profile <PROFILE>`` on the ``layerlab`` kernel (this interpreter, registered on demand), with
 the working directory at ``notebooks/`` (as when a reader opens it in Jupyter). The executed copy is
 cached as ``<executed-dir>/<name>.<profile>.<key>.ipynb`` where ``key`` fingerprints the notebook
-source without outputs, the parameters and the library (``layerlab.cache.LIB_FINGERPRINT``); an
+source without outputs, the parameters and the library modules the notebook imports, transitively
+(``layerlab.cache.module_fingerprint``: an edit to an unrelated module keeps the chapter cached); an
 unchanged rebuild only copies cached notebooks to ``book/chapters/`` and lets Sphinx rebuild what
 changed. Then ``jupyter-book build --warningiserror --nitpick --keep-going`` writes
 ``<output>/_build/html``.
@@ -113,9 +114,19 @@ def notebook_source_key(path: Path) -> dict:
 
 def cache_key(chapter: Chapter, parameters: dict) -> str:
     """Fingerprint of (notebook source without outputs, papermill parameters, library version)."""
-    from layerlab.cache import LIB_FINGERPRINT, fingerprint
+    from layerlab.cache import fingerprint
 
-    return fingerprint(notebook_source_key(chapter.source), parameters, LIB_FINGERPRINT)[:16]
+    return fingerprint(notebook_source_key(chapter.source), parameters, library_key(chapter.source))[:16]
+
+
+def library_key(path: Path) -> str:
+    """Fingerprint of the layerlab modules the notebook's code cells import (transitively)."""
+    from layerlab.cache import module_fingerprint
+
+    nb = nbformat.read(path, as_version=4)
+    lines = [ln for c in nb.cells if c.cell_type == "code" for ln in c.source.splitlines()]
+    code = "\n".join(ln for ln in lines if not ln.lstrip().startswith(("%", "!")))
+    return module_fingerprint(source=code)
 
 
 # ----------------------------------------------------------------------------- execution
@@ -214,10 +225,9 @@ def execute(
 
 
 def _mark_provenance(nb_path: Path, profile: str, key: str) -> None:
-    from layerlab.cache import LIB_FINGERPRINT
 
     nb = nbformat.read(nb_path, as_version=4)
-    nb.metadata["layerlab"] = {"profile": profile, "key": key, "lib": LIB_FINGERPRINT}
+    nb.metadata["layerlab"] = {"profile": profile, "key": key, "lib": library_key(nb_path)}
     nbformat.write(nb, nb_path)
 
 
