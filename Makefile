@@ -4,6 +4,7 @@
 # PROFILE: smoke (seconds, tiny models) | cpu (default: offline SmolLM2-135M) | gpu (paper scale, hub models)
 
 PROFILE ?= cpu
+CHAPTERS ?=
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -50,7 +51,7 @@ test: data
 	exit $$status
 
 book: data
-	PROFILE=$(PROFILE) $(PY) scripts/build_book.py --profile $(PROFILE)
+	PROFILE=$(PROFILE) CHAPTERS="$(CHAPTERS)" $(PY) scripts/build_book.py --profile $(PROFILE)
 	@echo "book: open _build/html/index.html"
 
 bench: $(STAMP)

@@ -262,6 +262,7 @@ def build(
     notebooks_dir: Path = ROOT / "notebooks",
     allow_missing: bool = False,
     html: bool = True,
+    only: set[str] | None = None,
     log=print,
 ) -> Path:
     """Execute (or reuse) every toc chapter at ``profile`` and build the HTML book; return its dir."""
@@ -273,6 +274,14 @@ def build(
         _stage_sources(output)
     toc_path = output / "_toc.yml"
     chapters = toc_chapters(toc_path, notebooks_dir.resolve())
+    left_out = []
+    if only:
+        unknown = sorted(only - {c.name for c in chapters})
+        if unknown:
+            raise BuildError(f"unknown chapter(s) {unknown}: _toc.yml lists {[c.name for c in chapters]}")
+        left_out = [c for c in chapters if c.name not in only]
+        chapters = [c for c in chapters if c.name in only]
+        log(f"[book] building only {sorted(only)} (CHAPTERS=...)")
     missing = [c for c in chapters if not c.source.exists()]
     if missing and not allow_missing:
         names = ", ".join(str(c.source) for c in missing)
@@ -303,9 +312,9 @@ def build(
     log(f"[book] notebooks ready in {time.perf_counter() - t0:.1f} s")
     if not html:
         return chapters_dir
-    if missing:
+    if missing or left_out:
         toc = yaml.safe_load(toc_path.read_text())
-        filtered = _filter_toc(toc, {f"{CHAPTER_PREFIX}{c.name}" for c in missing})
+        filtered = _filter_toc(toc, {f"{CHAPTER_PREFIX}{c.name}" for c in missing + left_out})
         toc_path = output / "_build" / "_toc.available.yml"
         toc_path.parent.mkdir(parents=True, exist_ok=True)
         toc_path.write_text(yaml.safe_dump(filtered, sort_keys=False))
@@ -366,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
         help="where chapter sources live (default: notebooks/)",
     )
     ap.add_argument("--no-html", action="store_true", help="only execute the notebooks")
+    ap.add_argument(
+        "--chapters",
+        default=os.environ.get("CHAPTERS", ""),
+        help="comma-separated chapter names to build (default: all in _toc.yml)",
+    )
     args = ap.parse_args(argv)
     allow_missing = os.environ.get("LAYERLAB_ALLOW_MISSING", "") not in ("", "0")
     t0 = time.perf_counter()
@@ -377,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
             notebooks_dir=args.notebooks_dir,
             allow_missing=allow_missing,
             html=not args.no_html,
+            only={c.strip() for c in args.chapters.split(",") if c.strip()} or None,
         )
     except BuildError as e:
         print(f"[book] ERROR: {e}", file=sys.stderr)
