@@ -89,3 +89,8 @@ def test_smollm2_random_init_twin():
     assert torch.equal(wa, arch.view(b).blocks[3].weights()["q"])
     assert not torch.equal(wa, arch.view(trained).blocks[3].weights()["q"])
     assert abs(wa.std().item() - a.config.initializer_range) < 2e-3
+
+
+def test_revision_only_for_hub_models():
+    with pytest.raises(ValueError, match="hub models only"):
+        models.load_model("smollm2-135m", revision="step4000")

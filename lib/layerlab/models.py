@@ -244,12 +244,13 @@ def smollm2_dir() -> Path:
 
 # --------------------------------------------------------------------------- public entry point
 def load_model(name: str, *, random_init: bool = False, seed: int = 0,
-               dtype: torch.dtype = torch.float32):
+               dtype: torch.dtype = torch.float32, revision: str | None = None):
     """Load ``name`` → ``(model, tokenizer)`` in eval mode with eager attention.
 
     name: ``"smollm2-135m"`` (offline SmolLM2-135M-Instruct, Q4_1 dequantised to fp32),
     ``"tiny-<family>"`` (random tiny model, byte tokenizer) or a Hugging Face hub id / local dir.
     random_init: same architecture and tokenizer, fresh weights drawn with ``seed`` (the null model).
+    revision: a hub revision, e.g. a Pythia training checkpoint ``"step4000"`` (hub models only).
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -272,12 +273,16 @@ def load_model(name: str, *, random_init: bool = False, seed: int = 0,
             f"unknown model {name!r}: known offline names are {', '.join(KNOWN_MODELS)}; "
             "hub ids look like 'owner/name' (e.g. HuggingFaceTB/SmolLM2-135M) and need hub access"
         )
+    if revision is not None and not isinstance(path, str):
+        raise ValueError(f"revision={revision!r} applies to hub models only, not to {name!r}")
+    rev = {} if revision is None else {"revision": revision}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, **rev)
         if random_init:
-            config = AutoConfig.from_pretrained(path)
+            config = AutoConfig.from_pretrained(path, **rev)
             return _build(config, seed, dtype), tokenizer
-        model = exact_norms(AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager"))
+        model = exact_norms(AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager",
+                                                                 **rev))
     except OSError as e:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         hint = ("layerlab runs offline by default (HF_HUB_OFFLINE=1); on a machine with hub access set "
