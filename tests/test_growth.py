@@ -13,14 +13,6 @@ from layerlab.train import ModelSpec, TrainConfig, build_model, train
 SPEC = ModelSpec(depth=4, width=16, heads=4, kv_heads=2, ffn=32, vocab_size=50, seq_len=8)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _ids(n: int = 40, seed: int = 0) -> torch.Tensor:
     return torch.randint(50, (n, 8), generator=torch.Generator().manual_seed(seed))
 

@@ -21,16 +21,6 @@ from layerlab.train import (
     train,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models train much faster single-threaded (and do not fight other processes)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 SPEC = ModelSpec(depth=3, width=16, heads=4, kv_heads=2, ffn=32, vocab_size=50, seq_len=8)
 
 
