@@ -181,3 +181,43 @@ def test_predictor_stats_and_incremental_r2():
     assert inc["r2_full"] == pytest.approx(1.0) and inc["gain_low"] > 0
     few = cr.predictor_stats(df.head(3), "y", ["x1"])
     assert np.isnan(few.loc[0, "R2"])
+
+
+def test_locality_difference_and_permutation_null():
+    L = 8
+    i, j = torch.meshgrid(torch.arange(L), torch.arange(L), indexing="ij")
+    banded = torch.where((i - j).abs() == 1, 0.2, 0.9).double()  # neighbours coupled (1-m = 0.8), others 0.1
+    banded.fill_diagonal_(0.0)
+    assert cp.locality(banded) == pytest.approx(0.7)
+    null = cp.locality_null(banded, 200, seed=0)
+    assert null.shape == (200,) and float((null >= cp.locality(banded)).float().mean()) < 0.05
+    flat = torch.full((L, L), 0.5, dtype=torch.float64)
+    assert cp.locality(flat) == pytest.approx(0.0)
+    assert torch.equal(cp.locality_null(banded, 10, seed=3), cp.locality_null(banded, 10, seed=3))
+    with pytest.raises(ValueError, match="L >= 3"):
+        cp.locality(torch.zeros(2, 2))
+
+
+def test_locality_run_and_quantisation_control_on_smoke_family():
+    from layerlab import coupling_runs as cr
+
+    df, mats = cr.locality_run("smoke", {"depth": 3}, n_prompts=2, max_tokens=12, k=4, n_perm=50)
+    assert len(df) == len(mats) and set(df["step"]) >= {0, 8}
+    assert ((df["p_perm"] > 0) & (df["p_perm"] <= 1)).all() and (df["low"] <= df["high"]).all()
+    q = cr.quantisation_control("smoke", {"depth": 3}, n_prompts=2, max_tokens=12, k=4)
+    assert len(q) == 1 and q["rel_weight_change"].iloc[0] > 0
+    assert q["diff_low"].iloc[0] <= q["diff"].iloc[0] <= q["diff_high"].iloc[0]
+
+
+def test_circle_graph_draws_every_layer():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from layerlab.plots import circle_graph
+
+    fig, ax = plt.subplots()
+    circle_graph(ax, 1 - torch.rand(5, 5, generator=torch.Generator().manual_seed(0)).numpy(), title="t")
+    assert len(ax.texts) == 5 and len(ax.lines) > 0
+    plt.close(fig)

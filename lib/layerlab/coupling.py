@@ -207,6 +207,30 @@ def neighbour_ratio(mat: Tensor) -> float:
     return float(torch.nanmean(near) / torch.nanmean(far))
 
 
+def locality(mat: Tensor) -> float:
+    """Layer locality (spec 4.3, claim C7) as a difference, stable when coupling is near zero:
+    mean coupling 1-m over neighbours |l-l'|=1 minus the mean over distant pairs |l-l'|>=2.
+    0 = no locality. mat: [L, L] m_K matrix, L >= 3."""
+    L = mat.shape[-1]
+    if mat.ndim != 2 or mat.shape[0] != L or L < 3:
+        raise ValueError(f"locality needs one square [L, L] coupling matrix with L >= 3, got {tuple(mat.shape)}")
+    i, j = torch.meshgrid(torch.arange(L), torch.arange(L), indexing="ij")
+    c = 1 - mat.double()
+    return float(torch.nanmean(c[(i - j).abs() == 1]) - torch.nanmean(c[(i - j).abs() >= 2]))
+
+
+def locality_null(mat: Tensor, n_perm: int = 1000, *, seed: int = 0) -> Tensor:
+    """Permutation null of :func:`locality` over layer order (spec 5, C7): the statistic after
+    relabelling the layers at random (rows and columns together). Returns [n_perm] float64."""
+    L = mat.shape[-1]
+    g = torch.Generator().manual_seed(seed)
+    out = torch.empty(n_perm, dtype=torch.float64)
+    for b in range(n_perm):
+        p = torch.randperm(L, generator=g)
+        out[b] = locality(mat[p][:, p])
+    return out
+
+
 # ----------------------------------------------------------------------------- nulls (spec section 5)
 def haar_orthogonal(d: int, *, n: int = 1, seed: int = 0, dtype: torch.dtype = torch.float64) -> Tensor:
     """n Haar-random orthogonal d x d matrices (QR of a Gaussian with the sign fix of Mezzadri 2007)."""

@@ -47,6 +47,8 @@ class CouplingPreset:
     family_max_tokens: int
     family_ks: tuple[int, ...]
     checkpoint_filter: dict = field(default_factory=dict)  # family members followed over training
+    locality_filter: dict = field(default_factory=dict)  # members of the circle graphs / locality test (C7)
+    quant_filter: dict = field(default_factory=dict)  # members of the Q4_1 round-trip control
     vit: tuple[ViTConfig, ...] = (ViTConfig(),)
     vit_images: int = 16
     vit_ks: tuple[int, ...] = (5, 10)
@@ -67,18 +69,21 @@ PRESETS: dict[str, CouplingPreset] = {
         model="tiny-llama", n_prompts=3, max_tokens=24, ks=(4, 8, 16), init_seeds=(0, 1), n_init_prompts=2,
         n_null=2, panel_layers=(0, 1, 2, 3), token_layers=(1, 2), n_tokens=5, family_profile="smoke",
         family_prompts=2, family_max_tokens=24, family_ks=(4, 8), checkpoint_filter={"depth": 2, "width": 32},
+        locality_filter={"depth": 3}, quant_filter={"depth": 3},
         vit=(ViTConfig(d_model=16, n_layers=3, steps=30, n_checkpoints=3),), vit_images=2, vit_ks=(4, 8)),
     "cpu": CouplingPreset(
         model="smollm2-135m", n_prompts=16, max_tokens=64, ks=(10, 30, 50), init_seeds=(0, 1, 2),
         n_init_prompts=2, n_null=4, panel_layers=tuple(range(8, 16)), token_layers=(12, 13), n_tokens=12,
         family_profile="cpu", family_prompts=4, family_max_tokens=64, family_ks=(5, 10, 20),
         checkpoint_filter={"depth": 4, "width": 64, "lr": 3e-3},
+        locality_filter={"depth": 12, "width": 64, "lr": 3e-3}, quant_filter={"width": 64, "lr": 3e-3, "seed": 0},
         vit=(ViTConfig(), ViTConfig(dataset="fashion-mnist", patch=4, eval_images=2000)), vit_images=16),
     "gpu": CouplingPreset(
         model="meta-llama/Meta-Llama-3-8B", n_prompts=100, max_tokens=64, ks=(10, 30, 50), init_seeds=(0, 1, 2),
         n_init_prompts=16, n_null=16, panel_layers=tuple(range(9, 17)), token_layers=(12, 13), n_tokens=12,
         family_profile="gpu", family_prompts=16, family_max_tokens=64, family_ks=(10, 30, 50),
         checkpoint_filter={"depth": 8, "width": 256, "lr": 1e-3},
+        locality_filter={"depth": 24, "width": 256, "lr": 1e-3}, quant_filter={"width": 256, "lr": 1e-3, "seed": 0},
         vit=(ViTConfig(), ViTConfig(dataset="fashion-mnist", patch=4, d_model=64, n_layers=6, steps=3000)),
         vit_images=64, fig1a_models=tuple(fig1a_table()["hub_id"]),
         pythia=("EleutherAI/pythia-6.9b", "EleutherAI/pythia-12b"), pythia_steps=PYTHIA_STEPS),
@@ -133,14 +138,17 @@ def _mean_ci(x, seed: int = 0):
 
 def claims(*, trained: pd.DataFrame, init: pd.DataFrame, k: int, tokens: dict, family_stats: pd.DataFrame,
            ckpt: pd.DataFrame, vit_rows: dict[str, list[dict]], speed: dict, coupling_col: str,
-           model_note: str = "") -> list[Claim]:
+           model_note: str = "", locality: pd.DataFrame | None = None,
+           quant: pd.DataFrame | None = None) -> list[Claim]:
     """The chapter's claim table from the experiment results (see the notebook for each input).
 
     trained/init: per-prompt summaries (:func:`layerlab.coupling_runs.summarise`) of the main model
     and its random-init twins; tokens: token-wise self-coupling per prompt {"self", "self_null",
     "self_init"} (trained, its spectrum-matched null, the random-init twin);
     family_stats: :func:`layerlab.coupling_runs.predictor_stats` of held-out NLL; ckpt: checkpoint
-    table; vit_rows: {dataset: :func:`layerlab.vit.vit_coupling_curve`}; speed: :func:`speed_check`.
+    table; vit_rows: {dataset: :func:`layerlab.vit.vit_coupling_curve`}; speed: :func:`speed_check`;
+    locality: :func:`layerlab.coupling_runs.locality_run` rows; quant:
+    :func:`layerlab.coupling_runs.quantisation_control` rows.
     """
     out: list[Claim] = []
     col = f"C_l2@{k}"
@@ -170,7 +178,7 @@ def claims(*, trained: pd.DataFrame, init: pd.DataFrame, k: int, tokens: dict, f
         out.append(Claim("C4", "coupling correlates with performance (offline: held-out NLL)",
                          "R^2 = 0.80 vs leaderboard (28 LLMs)", "paper", None, None, None,
                          f"only {int(cr['n'])} family models", "inconclusive", "too few models for a CI"))
-        return _tail(out, trained, init, k, ckpt, vit_rows, speed, coupling_col)
+        return _tail(out, trained, init, k, ckpt, vit_rows, speed, coupling_col, locality, quant)
     out.append(Claim("C4", "coupling correlates with performance (offline: held-out NLL, lower is better)",
                      "R^2 = 0.80 vs leaderboard (28 LLMs)", "paper", cr["spearman"], cr["spearman_low"],
                      cr["spearman_high"], f"R^2 = {cr['R2']:.2f} [{cr['R2_low']:.2f}, {cr['R2_high']:.2f}]",
@@ -185,12 +193,47 @@ def claims(*, trained: pd.DataFrame, init: pd.DataFrame, k: int, tokens: dict, f
                      "R^2 values unknown", "paper", margin, None, None,
                      f"best competitor {best}: R^2 = {others.loc[best, 'R2']:.2f}", verdict,
                      "R^2(coupling) - R^2(best competitor); supported only if the CIs separate"))
-    return _tail(out, trained, init, k, ckpt, vit_rows, speed, coupling_col)
+    return _tail(out, trained, init, k, ckpt, vit_rows, speed, coupling_col, locality, quant)
+
+
+def middle_step(steps, fraction: float = 4000 / 143000) -> int:
+    """The checkpoint closest (in log steps) to ``fraction`` of training: the paper's Fig. 1d shows
+    Pythia step 4000 of 143000."""
+    steps = sorted(s for s in steps if s > 0)
+    target = np.log(fraction * steps[-1])
+    return min(steps, key=lambda s: abs(np.log(s) - target))
+
+
+def _locality_claim(loc: pd.DataFrame) -> Claim:
+    mid = middle_step(loc["step"].unique())
+    rows = loc[loc["step"] == mid]
+    vals = np.concatenate([np.asarray(v, float) for v in rows["per_prompt"]])
+    groups = np.concatenate([[s] * len(v) for s, v in zip(rows["seed"], rows["per_prompt"])])
+    ci = bootstrap_ci(vals, groups=groups if rows["seed"].nunique() >= 2 else None)
+    ps = ", ".join(f"{p:.3f}" for p in rows["p_perm"])
+    return Claim("C7", f"coupling is layer-local early in training (step {mid}): neighbours above distant pairs",
+                 "qualitative (Pythia-12B step 4000 of 143000)", "paper", ci.estimate, ci.low, ci.high,
+                 f"layer-order permutation null p = {ps} (per seed)", verdict_from_ci(ci.low, ci.high),
+                 "mean coupling 1-m of |i-j|=1 pairs minus |i-j|>=2 pairs; CI resamples seeds (clusters)")
+
+
+def _quant_claim(q: pd.DataFrame) -> Claim:
+    d = q["diff"].to_numpy(float)
+    if len(d) >= 2:
+        ci = _mean_ci(d)
+    else:  # one model: its CI over prompts
+        ci = CI(float(d[0]), float(q["diff_low"].iloc[0]), float(q["diff_high"].iloc[0]))
+    return Claim("Q1", "a Q4_1 round trip lowers coupling (bounds the effect on SmolLM2-Instruct)",
+                 "unknown amount", "reconstructed", ci.estimate, ci.low, ci.high,
+                 f"same models unquantised: C_l2 {q['C_l2'].mean():.3f}", verdict_from_ci(ci.low, ci.high, "less"),
+                 f"C_l2(Q4_1) - C_l2 over {len(q)} family models; weights moved by "
+                 f"{100 * q['rel_weight_change'].mean():.1f}% (relative norm)")
 
 
 def _tail(out: list[Claim], trained: pd.DataFrame, init: pd.DataFrame, k: int, ckpt: pd.DataFrame,
-          vit_rows: dict[str, list[dict]], speed: dict, coupling_col: str) -> list[Claim]:
-    """Claims C6-C10 and the speed goal (see :func:`claims`)."""
+          vit_rows: dict[str, list[dict]], speed: dict, coupling_col: str, locality: pd.DataFrame | None = None,
+          quant: pd.DataFrame | None = None) -> list[Claim]:
+    """Claims C6-C10, the quantisation control and the speed goal (see :func:`claims`)."""
     if len(ckpt):
         first, last = ckpt["step"].min(), ckpt["step"].max()
         g = ckpt.pivot_table(index="seed", columns="step", values=coupling_col)
@@ -201,6 +244,8 @@ def _tail(out: list[Claim], trained: pd.DataFrame, init: pd.DataFrame, k: int, c
                              "Pythia-6.9B 0.071 -> 0.170 (read by eye)", "paper", ci.estimate, ci.low, ci.high,
                              f"step {first} (random init) of the same runs", verdict_from_ci(ci.low, ci.high),
                              "final - initial coupling across seeds of one family configuration"))
+    if locality is not None and len(locality):
+        out.append(_locality_claim(locality))
     lss = diff_ci(init["lss_median"], trained["lss_median"])
     out.append(Claim("C8", "token trajectories are more linear (lower LSS) after training",
                      "values unknown", "paper", lss.estimate, lss.low, lss.high,
@@ -225,6 +270,8 @@ def _tail(out: list[Claim], trained: pd.DataFrame, init: pd.DataFrame, k: int, c
                          f"{len(v)} checkpoints, last patch token",
                          verdict_from_ci(sp.low, sp.high) if ok else "inconclusive",
                          "Spearman over the checkpoints of one training run"))
+    if quant is not None and len(quant):
+        out.append(_quant_claim(quant))
     goal_setting = speed.get("label") == "smollm2-135m" and speed["tokens"] >= 64
     verdict = ("supported" if speed["ratio"] >= 20 else "not supported") if goal_setting else "inconclusive"
     out.append(Claim("S1", "frozen-context Jacobian is >= 20x faster than the authors' reference",

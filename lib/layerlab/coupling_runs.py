@@ -333,3 +333,92 @@ def incremental_r2(df: pd.DataFrame, y: str, base: list[str], extra: list[str], 
     ci = bootstrap_ci(np.arange(n), lambda i: r2(Xf, i.astype(int)) - r2(Xb, i.astype(int)), n_boot=n_boot, seed=seed)
     return {"r2_base": r2(Xb, np.arange(n)), "r2_full": r2(Xf, np.arange(n)), "gain": ci.estimate,
             "gain_low": ci.low, "gain_high": ci.high, "n": n}
+
+
+# ------------------------------------------------------------------------- locality (Fig. 1c-e)
+def member_matrices(model: torch.nn.Module, prompts: list[Tensor], k: int) -> Tensor:
+    """Per-prompt depth-coupling matrices m_K (norm, ujv) at the last token: [P, L, L] float64."""
+    mats = []
+    for ids in prompts:
+        J = jac.frozen_context_jacobians(model, ids).double()
+        mats.append(cp.cross_coupling(J, None, (k,)).get(k))
+    return torch.stack(mats)
+
+
+def locality_run(profile: str, filters: dict, n_prompts: int, max_tokens: int, k: int, *,
+                 n_perm: int = 1000, seed: int = 0) -> tuple[pd.DataFrame, dict[tuple[int, int], Tensor]]:
+    """Layer locality over training (spec 4.3 and the C7 test of section 5) for the family members
+    matching ``filters``, at every checkpoint: :func:`layerlab.coupling.locality` of the prompt-mean
+    matrix with a bootstrap CI over prompts and a permutation-null p-value over layer order.
+
+    Returns (rows: name, seed, step, val_nll, C_l2, locality, low, high, p_perm, neighbour_ratio,
+    per_prompt (list of per-prompt locality values);
+    {(seed, step): prompt-mean m_K [L, L]} for the circle graphs)."""
+    from .family import get_family
+    from .stats import bootstrap_ci
+
+    fam = get_family(profile)
+    prompts = prompt_set(fam.tokenizer, n_prompts, max_tokens)
+    rows, mats = [], {}
+    for m in fam.select(**filters):
+        val = {c["step"]: c["val_nll"] for c in m.curve}
+        for step in m.checkpoints:
+            key = {"member": m.name, "run": m.run_dir.parent.name, "step": step, "n": n_prompts,
+                   "T": max_tokens, "k": k, "src": source_version()}
+            M = cached_tensors("coupling-locality", key,
+                               lambda m=m, step=step: {"m": member_matrices(m.load(step=step)[0], prompts, k)},
+                               lib_versioned=False)["m"]  # [P, L, L]
+            mean = M.mean(0)
+            obs = cp.locality(mean)
+            per_prompt = np.array([cp.locality(x) for x in M])
+            ci = bootstrap_ci(per_prompt, seed=seed)
+            null = cp.locality_null(mean, n_perm, seed=seed)
+            off = ~torch.eye(mean.shape[0], dtype=torch.bool)
+            rows.append({"name": m.name, "seed": m.seed, "step": step, "val_nll": val.get(step, float("nan")),
+                         "C_l2": float(1 - mean[off].mean()), "locality": obs, "low": ci.low, "high": ci.high,
+                         "p_perm": float((1 + (null >= obs).sum()) / (1 + n_perm)),
+                         "neighbour_ratio": cp.neighbour_ratio(mean), "per_prompt": per_prompt.tolist()})
+            mats[(m.seed, step)] = mean
+    return pd.DataFrame(rows), mats
+
+
+# ---------------------------------------------------------------------- Q4_1 round-trip control
+def quantisation_control(profile: str, filters: dict, n_prompts: int, max_tokens: int, k: int, *,
+                         seed: int = 0, min_depth: int = 2) -> pd.DataFrame:
+    """Coupling change caused by the SmolLM2 GGUF's quantisation (spec 5, "Quantisation"): each
+    family member matching ``filters`` (final weights) before and after :func:`layerlab.quant.gguf_roundtrip`,
+    on the same prompts. Per member: C_l2@k of both, the paired difference with a bootstrap CI over
+    prompts, the relative weight change and the held-out NLL of both."""
+    from .family import get_family
+    from .quant import gguf_roundtrip, relative_error
+    from .stats import bootstrap_ci
+    from .train import eval_nll
+
+    fam = get_family(profile)
+    prompts = prompt_set(fam.tokenizer, n_prompts, max_tokens)
+    val = fam.val_windows()
+    rows = []
+    for m in fam.select(**filters):
+        if m.depth < min_depth:  # one block has no off-diagonal pair
+            continue
+        key = {"member": m.name, "run": m.run_dir.parent.name, "n": n_prompts, "T": max_tokens, "k": k,
+               "src": source_version(), "q": "q4_1+q8_0"}
+
+        def compute(m=m) -> dict[str, Tensor]:
+            model, _ = m.load()
+            q = gguf_roundtrip(model)
+            return {"orig": member_matrices(model, prompts, k), "quant": member_matrices(q, prompts, k),
+                    "rel_err": torch.tensor([relative_error(model, q)], dtype=torch.float64),
+                    "nll": torch.tensor([eval_nll(model, val), eval_nll(q, val)], dtype=torch.float64)}
+
+        r = cached_tensors("coupling-quant", key, compute, lib_versioned=False)
+        L = r["orig"].shape[-1]
+        off = ~torch.eye(L, dtype=torch.bool)
+        c0 = (1 - r["orig"][:, off].mean(-1)).numpy()  # [P] per-prompt C_l2
+        c1 = (1 - r["quant"][:, off].mean(-1)).numpy()
+        ci = bootstrap_ci(c1 - c0, seed=seed)
+        rows.append({"name": m.name, "depth": m.depth, "width": m.width, "seed": m.seed,
+                     "C_l2": float(c0.mean()), "C_l2_q4_1": float(c1.mean()), "diff": ci.estimate,
+                     "diff_low": ci.low, "diff_high": ci.high, "rel_weight_change": float(r["rel_err"][0]),
+                     "nll": float(r["nll"][0]), "nll_q4_1": float(r["nll"][1])})
+    return pd.DataFrame(rows)
