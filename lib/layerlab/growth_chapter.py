@@ -28,7 +28,7 @@ import torch
 from . import growth, profiles
 from .cache import cached_json
 
-GROWTH_VERSION = "1"  # bump to invalidate cached runs when training or the protocol changes
+GROWTH_VERSION = "2"  # bump to invalidate cached runs when training or the protocol changes
 ARMS = ("uniform", "gtt", "stacking", "mslt")
 
 
