@@ -254,6 +254,22 @@ def _stage_sources(stage: Path) -> None:
             shutil.copyfile(src, dst)
 
 
+FAMILY_CHAPTERS = {"coupling", "diversity", "growth"}  # chapters that load layerlab.family
+
+
+def train_family(profile: str, *, log=print) -> float:
+    """Train (or load) the shared model family before the chapters that use it, in its own process
+    (parallel single-threaded workers), so its cost is logged once and not billed to one chapter."""
+    t0 = time.perf_counter()
+    log(f"[book] family: training or loading the {profile} model family ...")
+    proc = subprocess.run([sys.executable, "-m", "layerlab.family", profile], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"training the {profile} model family failed:\n{proc.stderr[-3000:]}")
+    seconds = time.perf_counter() - t0
+    log(f"[book] family: ready in {seconds:.1f} s ({proc.stdout.strip().splitlines()[-1]})")
+    return seconds
+
+
 def build(
     profile: str,
     *,
@@ -298,6 +314,8 @@ def build(
         if stale.stem not in {c.name for c in present}:
             stale.unlink()
     t0 = time.perf_counter()
+    if any(c.name in FAMILY_CHAPTERS for c in present):
+        train_family(profile, log=log)
     failures = []
     for c in present:  # run every chapter, then report all failures at once
         try:
