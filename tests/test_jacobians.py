@@ -19,16 +19,6 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
 
-@pytest.fixture
-def fp64_softmax(monkeypatch):
-    """HF eager attention computes softmax in float32 even for float64 models; keep it in the input
-    dtype so finite differences and forward-vs-reverse comparisons are float64-exact."""
-    orig = torch.nn.functional.softmax
-
-    def softmax(x, dim=None, _stacklevel=3, dtype=None):
-        return orig(x, dim=dim, dtype=None if x.dtype == torch.float64 else dtype)
-
-    monkeypatch.setattr(torch.nn.functional, "softmax", softmax)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
