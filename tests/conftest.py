@@ -11,13 +11,27 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 torch.set_num_threads(1)
 
 
-@pytest.fixture
-def fp64_softmax(monkeypatch):
+def patch_fp64_softmax(mp: pytest.MonkeyPatch) -> None:
     """HF eager attention computes softmax in float32 even for float64 models; keep it in the input
-    dtype so finite differences and forward-vs-reverse comparisons are float64-exact."""
+    dtype so float64 identities (finite differences, members summing to the logits) are exact."""
     orig = torch.nn.functional.softmax
 
     def softmax(x, dim=None, _stacklevel=3, dtype=None):
         return orig(x, dim=dim, dtype=None if x.dtype == torch.float64 else dtype)
 
-    monkeypatch.setattr(torch.nn.functional, "softmax", softmax)
+    mp.setattr(torch.nn.functional, "softmax", softmax)
+
+
+@pytest.fixture
+def fp64_softmax(monkeypatch):
+    """Function-scoped :func:`patch_fp64_softmax`."""
+    patch_fp64_softmax(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def fp64_softmax_module():
+    """Module-scoped :func:`patch_fp64_softmax` (for module-scoped fixtures)."""
+    mp = pytest.MonkeyPatch()
+    patch_fp64_softmax(mp)
+    yield
+    mp.undo()

@@ -65,16 +65,7 @@ def test_ce_equals_mean_member_ce_minus_mean_kl_and_shift_invariance():
 
 
 @pytest.fixture(scope="module", params=["llama", "gpt2", "neox"])
-def tiny_features(request):
-    """Module-scoped, so it cannot use the function-scoped fp64_softmax fixture: patch here instead."""
-    mp = pytest.MonkeyPatch()
-    orig = torch.nn.functional.softmax
-
-    def softmax(x, dim=None, _stacklevel=3, dtype=None):  # HF eager attention casts to fp32: keep fp64
-        return orig(x, dim=dim, dtype=None if x.dtype == torch.float64 else dtype)
-
-    mp.setattr(torch.nn.functional, "softmax", softmax)
-    request.addfinalizer(mp.undo)
+def tiny_features(request, fp64_softmax_module):
     model = tiny_model(request.param, seed=0)
     g = torch.Generator().manual_seed(0)
     seqs = [torch.randint(0, 259, (t,), generator=g) for t in (5, 9, 7)]
