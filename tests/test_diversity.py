@@ -65,7 +65,7 @@ def test_ce_equals_mean_member_ce_minus_mean_kl_and_shift_invariance():
 
 
 @pytest.fixture(scope="module", params=["llama", "gpt2", "neox"])
-def tiny_features(request, fp64_softmax_module):
+def tiny_features(request):
     model = tiny_model(request.param, seed=0)
     g = torch.Generator().manual_seed(0)
     seqs = [torch.randint(0, 259, (t,), generator=g) for t in (5, 9, 7)]

@@ -22,7 +22,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_frozen_context_equals_reference_fp64(family, fp64_softmax):
+def test_frozen_context_equals_reference_fp64(family):
     model = tiny_model(family)
     ids = _ids()
     for token in (-1, 4, 0):
@@ -48,7 +48,7 @@ def test_frozen_context_equals_reference_fp32():
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "neox"])
-def test_finite_differences(family, fp64_softmax):
+def test_finite_differences(family):
     model, ids, t = tiny_model(family), _ids(7), 5
     g = torch.Generator().manual_seed(1)
     for layer in (0, view(model).n_layers - 1):
@@ -66,7 +66,7 @@ def test_finite_differences(family, fp64_softmax):
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "neox"])
-def test_context_jacobians_forward_vs_reverse(family, fp64_softmax):
+def test_context_jacobians_forward_vs_reverse(family):
     model, ids, layer = tiny_model(family), _ids(8), 1
     B = jac.output_token_jacobians(model, ids, 6, layer)  # J_{t1, 6}, t1 = 0..6
     C = jac.input_token_jacobians(model, ids, 2, layer)  # J_{2, t2}, t2 = 2..7
@@ -97,7 +97,7 @@ def test_zero_writers_give_zero_jacobian():
     assert J[layer - 1].abs().amax() > 0
 
 
-def test_authors_compat_changes_only_last_block(fp64_softmax):
+def test_authors_compat_changes_only_last_block():
     model, ids = tiny_model("llama"), _ids(6)
     clean = jac.frozen_context_jacobians(model, ids)
     compat = jac.frozen_context_jacobians(model, ids, authors_compat=True)

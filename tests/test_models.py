@@ -94,3 +94,24 @@ def test_smollm2_random_init_twin():
 def test_revision_only_for_hub_models():
     with pytest.raises(ValueError, match="hub models only"):
         models.load_model("smollm2-135m", revision="step4000")
+
+
+@pytest.mark.parametrize("family", models.TINY_FAMILIES)
+def test_float64_models_are_float64_end_to_end(family):
+    """exact_norms swaps the float32-softmax eager attention for the same formula in float64: it
+    agrees with the library's own eager attention to fp32 rounding, and the attention weights of a
+    float64 model are no longer quantised to float32 (a row's softmax sums to 1 to 1e-15)."""
+    m = models.tiny_model(family)  # float64
+    ids = torch.randint(0, 200, (2, 9), generator=torch.Generator().manual_seed(0))
+    out = m(ids, output_attentions=True)
+    assert out.logits.dtype == torch.float64
+    att = out.attentions[0]  # [b, h, t, t]
+    assert (att.sum(-1) - 1).abs().max() < 1e-14
+    f32 = att.float().double()
+    exact_attention = m.config._attn_implementation == models.EXACT_ATTENTION
+    assert exact_attention == (family != "gpt2")  # GPT-2's own eager softmax keeps the dtype
+    assert (att - f32).abs().max() > 0  # genuinely float64 values, not float32 ones cast up
+    m.set_attn_implementation("eager")
+    ref = m(ids).logits
+    assert (out.logits - ref).abs().max() < 1e-6
+    assert models.tiny_model(family, dtype=torch.float32).config._attn_implementation == "eager"

@@ -111,13 +111,54 @@ def _rms_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
     return normed * w
 
 
-def exact_norms(model: nn.Module) -> nn.Module:
-    """Make a float64 model's RMSNorms compute in float64.
+def _eager_attention_exact(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                           attention_mask: torch.Tensor | None, scaling: float | None = None,
+                           dropout: float = 0.0, softcap: float | None = None, **kwargs):
+    """Hugging Face eager attention (Llama / Qwen2 / Gemma / NeoX layout, same formula) with the
+    softmax kept in the input dtype: softmax(q kᵀ · scaling [softcapped] + mask) v.
 
-    Hugging Face RMSNorms upcast to float32 internally, so a ``.double()`` model is not a float64
-    model: its norms round to ~1e-7. For float64 models each RMSNorm instance gets a
-    dtype-preserving forward with the same formula (Llama: w ⊙ x/rms(x); Gemma: (1+w) ⊙ x/rms(x)),
-    so identity tests can be exact to 1e-10. float32 models are left untouched.
+    query [b, h, t, dh], key/value [b, h_kv, s, dh] → (output [b, t, h, dh], weights [b, h, t, s])."""
+    n_rep = getattr(module, "num_key_value_groups", 1)
+    if n_rep > 1:  # grouped-query attention: each kv head serves n_rep query heads
+        key, value = key.repeat_interleave(n_rep, dim=1), value.repeat_interleave(n_rep, dim=1)
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    w = torch.matmul(query, key.transpose(2, 3)) * scaling  # [b, h, t, s]
+    if softcap is not None:
+        w = softcap * torch.tanh(w / softcap)
+    if attention_mask is not None:
+        w = w + attention_mask
+    w = nn.functional.softmax(w, dim=-1)  # input dtype: no float32 round trip
+    w = nn.functional.dropout(w, p=dropout, training=module.training)
+    return torch.matmul(w, value).transpose(1, 2).contiguous(), w
+
+
+EXACT_ATTENTION = "layerlab_eager_exact"
+
+
+def _upcasts_softmax(model: nn.Module) -> bool:
+    """Does the model's own eager attention compute its softmax in float32 (Llama, Qwen2, Gemma,
+    NeoX in transformers 5.x)? GPT-2's keeps the input dtype and is left alone."""
+    import inspect
+    import sys
+
+    fn = getattr(sys.modules.get(type(model).__module__), "eager_attention_forward", None)
+    try:
+        return fn is not None and "dtype=torch.float32" in inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+
+
+def exact_norms(model: nn.Module) -> nn.Module:
+    """Make a float64 model compute in float64 end to end.
+
+    Hugging Face RMSNorms upcast to float32 internally, and so does the softmax of eager attention
+    in most families, so a ``.double()`` model is not a float64 model: it rounds to ~1e-7. For
+    float64 models each RMSNorm instance gets a dtype-preserving forward with the same formula
+    (Llama: w ⊙ x/rms(x); Gemma: (1+w) ⊙ x/rms(x)), and a model whose eager attention upcasts gets
+    :func:`_eager_attention_exact` (the same formula, softmax in float64) registered as its
+    attention implementation, so identity tests (finite differences, members summing to the logits)
+    can be exact to 1e-10. float32 models are left untouched.
     """
     import types
 
@@ -126,6 +167,13 @@ def exact_norms(model: nn.Module) -> nn.Module:
     for m in model.modules():
         if type(m).__name__.endswith("RMSNorm") and hasattr(m, "weight"):
             m.forward = types.MethodType(_rms_forward, m)
+    if _upcasts_softmax(model) and getattr(model.config, "_attn_implementation", None) == "eager":
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+        AttentionInterface.register(EXACT_ATTENTION, _eager_attention_exact)
+        AttentionMaskInterface.register(EXACT_ATTENTION, eager_mask)
+        model.set_attn_implementation(EXACT_ATTENTION)
     return model
 
 
