@@ -221,3 +221,26 @@ def test_circle_graph_draws_every_layer():
     circle_graph(ax, 1 - torch.rand(5, 5, generator=torch.Generator().manual_seed(0)).numpy(), title="t")
     assert len(ax.texts) == 5 and len(ax.lines) > 0
     plt.close(fig)
+
+
+def test_member_jacobians_cached_once_and_exact(monkeypatch):
+    """The family callers share one Jacobian cache entry per (run, step, prompts), equal to a fresh
+    computation; the second call must not recompute."""
+    from layerlab import coupling_runs as cr
+    from layerlab.family import get_family
+
+    fam = get_family("smoke")
+    m = fam.select(depth=3)[0]
+    prompts = cr.prompt_set(fam.tokenizer, 2, 12)
+    model, J = cr.member_jacobians(m, None, prompts)  # [P, L, d, d]
+    direct = torch.stack([cr.jac.frozen_context_jacobians(model, ids) for ids in prompts]).double()
+    assert J.shape == (2, 3, model.config.hidden_size, model.config.hidden_size) and torch.equal(J, direct)
+
+    def boom(*a, **k):
+        raise AssertionError("recomputed a cached Jacobian")
+
+    monkeypatch.setattr(cr.jac, "frozen_context_jacobians", boom)
+    _, J2 = cr.member_jacobians(m, m.steps, prompts)  # explicit final step == None
+    assert torch.equal(J, J2)
+    row = cr.member_coupling(model, prompts, (4,), J2)
+    assert 0 <= row["C_l2@4"] <= 1

@@ -146,7 +146,7 @@ def claims(*, trained: pd.DataFrame, init: pd.DataFrame, k: int, tokens: dict, f
     and its random-init twins; tokens: token-wise self-coupling per prompt {"self", "self_null",
     "self_init"} (trained, its spectrum-matched null, the random-init twin);
     family_stats: :func:`layerlab.coupling_runs.predictor_stats` of held-out NLL; ckpt: checkpoint
-    table; vit_rows: {dataset: :func:`layerlab.vit.vit_coupling_curve`}; speed: :func:`speed_check`;
+    table; vit_rows: {dataset: :func:`layerlab.vit.vit_coupling_curve`}; speed: :func:`speed_side_by_side`;
     locality: :func:`layerlab.coupling_runs.locality_run` rows; quant:
     :func:`layerlab.coupling_runs.quantisation_control` rows.
     """

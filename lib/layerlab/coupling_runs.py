@@ -187,32 +187,34 @@ def token_runs(model: torch.nn.Module, prompts: list[Tensor], label: str, layer_
     return out
 
 
-def speed_check(model: torch.nn.Module, ids: Tensor, label: str, ref_layers: tuple[int, ...] = (0,)) -> dict:
-    """Wall time per block of the frozen-context method and the authors' reference (d VJPs through
-    the whole prompt) measured side by side on ``ref_layers``; cached as JSON (a measurement)."""
-
-    def compute() -> dict:
-        layers = list(ref_layers)
-        t0 = time.perf_counter()
-        A = jac.frozen_context_jacobians(model, ids, layers=layers)
-        fast = (time.perf_counter() - t0) / len(layers)
-        t0 = time.perf_counter()
-        R = jac.reference_jacobians(model, ids, layers=layers)
-        ref = (time.perf_counter() - t0) / len(layers)
-        return {"label": label, "frozen_s_per_block": fast, "reference_s_per_block": ref, "ratio": ref / fast,
-                "rel_error": float((A - R).norm() / R.norm()), "tokens": int(ids.shape[1]),
-                "layers": layers, "threads": torch.get_num_threads()}
-
-    return cached_json("coupling-speed", {"label": label, "ids": fingerprint(ids), "layers": list(ref_layers),
-                                          "src": source_version()}, compute, lib_versioned=False)
-
-
 # ----------------------------------------------------------------------------------- family
-def member_coupling(model: torch.nn.Module, prompts: list[Tensor], ks: tuple[int, ...]) -> dict[str, float]:
-    """Prompt-mean scalar summaries, LSS and spacing of one (small) model."""
+def member_jacobians(m: Any, step: int | None, prompts: list[Tensor]) -> tuple[torch.nn.Module, Tensor]:
+    """(model, last-token block Jacobians [P, L, d, d] float64) of family member ``m`` at checkpoint
+    ``step`` (None: final weights), cached once per (run, step, prompts) and shared by
+    :func:`family_table`, :func:`checkpoint_table`, :func:`locality_run` and
+    :func:`quantisation_control` (a small member loads in milliseconds, so the model is always
+    returned: the trajectories and the quantisation control need it)."""
+    step = m.steps if step is None else step
+    model = m.load(step=step)[0]
+    key = {"member": m.name, "run": m.run_dir.parent.name, "step": step,
+           "ids": [fingerprint(ids) for ids in prompts], "src": source_version()}
+    J = cached_tensors("coupling-jac", key, lambda: {"J": torch.stack(
+        [jac.frozen_context_jacobians(model, ids) for ids in prompts])}, lib_versioned=False)["J"]
+    return model, J.double()
+
+
+def _member_row(m: Any, step: int | None, prompts: list[Tensor], ks: tuple[int, ...]) -> dict[str, float]:
+    model, J = member_jacobians(m, step, prompts)
+    return member_coupling(model, prompts, ks, J)
+
+
+def member_coupling(model: torch.nn.Module, prompts: list[Tensor], ks: tuple[int, ...],
+                    jacobians: Tensor | None = None) -> dict[str, float]:
+    """Prompt-mean scalar summaries, LSS and spacing of one (small) model; ``jacobians``
+    [P, L, d, d] (from :func:`member_jacobians`) skips recomputing the block Jacobians."""
     rows = []
-    for ids in prompts:
-        J = jac.frozen_context_jacobians(model, ids).double()
+    for i, ids in enumerate(prompts):
+        J = jacobians[i] if jacobians is not None else jac.frozen_context_jacobians(model, ids).double()
         cm = cp.cross_coupling(J, None, ks)
         row = cp.scalar_summaries(cm)
         if J.shape[0] > 2:
@@ -240,8 +242,8 @@ def family_table(profile: str, n_prompts: int, max_tokens: int, ks: tuple[int, .
                "n": n_prompts, "T": max_tokens, "ks": list(ks), "src": source_version()}
 
         def compute(m=m) -> dict:
+            row = _member_row(m, None, prompts, ks)
             model, _ = m.load()
-            row = member_coupling(model, prompts, ks)
             row["params"] = n_params(model)
             return row
 
@@ -270,7 +272,7 @@ def checkpoint_table(profile: str, filters: dict, n_prompts: int, max_tokens: in
             key = {"member": m.name, "profile": profile, "step": step, "n": n_prompts, "T": max_tokens,
                    "ks": list(ks), "src": source_version()}
             row = cached_json("coupling-ckpt", key,
-                              lambda m=m, step=step: member_coupling(m.load(step=step)[0], prompts, ks),
+                              lambda m=m, step=step: _member_row(m, step, prompts, ks),
                               lib_versioned=False)
             rows.append({"name": m.name, "seed": m.seed, "step": step, "val_nll": val.get(step, float("nan")),
                          **row})
@@ -336,11 +338,13 @@ def incremental_r2(df: pd.DataFrame, y: str, base: list[str], extra: list[str], 
 
 
 # ------------------------------------------------------------------------- locality (Fig. 1c-e)
-def member_matrices(model: torch.nn.Module, prompts: list[Tensor], k: int) -> Tensor:
-    """Per-prompt depth-coupling matrices m_K (norm, ujv) at the last token: [P, L, L] float64."""
+def member_matrices(model: torch.nn.Module | None, prompts: list[Tensor], k: int,
+                    jacobians: Tensor | None = None) -> Tensor:
+    """Per-prompt depth-coupling matrices m_K (norm, ujv) at the last token: [P, L, L] float64
+    (``jacobians`` [P, L, d, d] from :func:`member_jacobians` skips recomputing them)."""
     mats = []
-    for ids in prompts:
-        J = jac.frozen_context_jacobians(model, ids).double()
+    for i, ids in enumerate(prompts):
+        J = jacobians[i] if jacobians is not None else jac.frozen_context_jacobians(model, ids).double()
         mats.append(cp.cross_coupling(J, None, (k,)).get(k))
     return torch.stack(mats)
 
@@ -366,7 +370,8 @@ def locality_run(profile: str, filters: dict, n_prompts: int, max_tokens: int, k
             key = {"member": m.name, "run": m.run_dir.parent.name, "step": step, "n": n_prompts,
                    "T": max_tokens, "k": k, "src": source_version()}
             M = cached_tensors("coupling-locality", key,
-                               lambda m=m, step=step: {"m": member_matrices(m.load(step=step)[0], prompts, k)},
+                               lambda m=m, step=step: {"m": member_matrices(
+                                   None, prompts, k, member_jacobians(m, step, prompts)[1])},
                                lib_versioned=False)["m"]  # [P, L, L]
             mean = M.mean(0)
             obs = cp.locality(mean)
@@ -405,9 +410,9 @@ def quantisation_control(profile: str, filters: dict, n_prompts: int, max_tokens
                "src": source_version(), "q": "q4_1+q8_0"}
 
         def compute(m=m) -> dict[str, Tensor]:
-            model, _ = m.load()
+            model, J = member_jacobians(m, None, prompts)
             q = gguf_roundtrip(model)
-            return {"orig": member_matrices(model, prompts, k), "quant": member_matrices(q, prompts, k),
+            return {"orig": member_matrices(model, prompts, k, J), "quant": member_matrices(q, prompts, k),
                     "rel_err": torch.tensor([relative_error(model, q)], dtype=torch.float64),
                     "nll": torch.tensor([eval_nll(model, val), eval_nll(q, val)], dtype=torch.float64)}
 
