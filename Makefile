@@ -36,7 +36,7 @@ $(STAMP): requirements.txt requirements-model.txt pyproject.toml
 	@touch $(STAMP)
 
 data: $(STAMP)
-	$(PY) -m layerlab.fetch
+	$(PY) -m layerlab fetch
 
 LINT_DIRS := $(wildcard lib tests bench scripts)
 

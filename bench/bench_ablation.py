@@ -25,8 +25,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from layerlab import ablation, arch  # noqa: E402
-from layerlab.models import load_model  # noqa: E402
+from layerlab.core import arch  # noqa: E402
+from layerlab.core.models import load_model  # noqa: E402
+from layerlab.metrics import ablation
 
 
 def flops_per_token(model: torch.nn.Module, window: int) -> tuple[float, float]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from layerlab import arch, models, residual
+from layerlab.core import arch, models, residual
 
 
 def _time(fn, repeats: int = 5, warmup: int = 1) -> float:

@@ -20,9 +20,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from layerlab import jacobians as jac  # noqa: E402
-from layerlab.arch import view  # noqa: E402
-from layerlab.models import load_model  # noqa: E402
+from layerlab.core import jacobians as jac  # noqa: E402
+from layerlab.core.arch import view  # noqa: E402
+from layerlab.core.models import load_model  # noqa: E402
 
 FALLBACK = ("What is the capital of France? The capital is Paris, a city on the Seine known for its museums, "
             "its cafes and its long history as a centre of art, science and politics in Europe. ") * 4
@@ -30,11 +30,11 @@ FALLBACK = ("What is the capital of France? The capital is Paris, a city on the 
 
 def prompt_ids(tok, n_tokens: int) -> torch.Tensor:
     try:
-        from layerlab.data import texts_for_prompts
+        from layerlab.data.corpora import texts_for_prompts
 
         texts = texts_for_prompts("test", 4, max_tokens=n_tokens + 8, tokenizer=tok)
         text = " ".join(texts)
-        source = "held-out corpus (layerlab.data, split test)"
+        source = "held-out corpus (layerlab.data.corpora, split test)"
     except Exception as e:  # data not fetched: timing does not depend on the text
         text, source = FALLBACK, f"built-in text ({type(e).__name__}: corpus unavailable)"
     ids = tok(text, return_tensors="pt", add_special_tokens=False).input_ids[:, :n_tokens]

@@ -17,8 +17,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from layerlab import growth
-from layerlab.train import ModelSpec, build_model, flops_per_token
+from layerlab.training import growth
+from layerlab.training.train import ModelSpec, build_model, flops_per_token
 
 
 def main() -> None:

@@ -14,9 +14,9 @@ import time
 import numpy as np
 import torch
 
-from layerlab import diversity_members as dm
-from layerlab import infotheory as it
-from layerlab.models import tiny_model
+from layerlab.core.models import tiny_model
+from layerlab.metrics import infotheory as it
+from layerlab.metrics import members as dm
 
 
 def _time(fn, repeat: int = 3) -> float:

@@ -8,7 +8,7 @@ is ``notebooks/<name>.ipynb`` (stored without outputs). Each is executed with pa
 the working directory at ``notebooks/`` (as when a reader opens it in Jupyter). The executed copy is
 cached as ``<executed-dir>/<name>.<profile>.<key>.ipynb`` where ``key`` fingerprints the notebook
 source without outputs, the parameters and the library modules the notebook imports, transitively
-(``layerlab.cache.module_fingerprint``: an edit to an unrelated module keeps the chapter cached); an
+(``layerlab.core.cache.module_fingerprint``: an edit to an unrelated module keeps the chapter cached); an
 unchanged rebuild only copies cached notebooks to ``book/chapters/`` and lets Sphinx rebuild what
 changed. Then ``jupyter-book build --warningiserror --nitpick --keep-going`` writes
 ``<output>/_build/html``.
@@ -114,14 +114,14 @@ def notebook_source_key(path: Path) -> dict:
 
 def cache_key(chapter: Chapter, parameters: dict) -> str:
     """Fingerprint of (notebook source without outputs, papermill parameters, library version)."""
-    from layerlab.cache import fingerprint
+    from layerlab.core.cache import fingerprint
 
     return fingerprint(notebook_source_key(chapter.source), parameters, library_key(chapter.source))[:16]
 
 
 def library_key(path: Path) -> str:
     """Fingerprint of the layerlab modules the notebook's code cells import (transitively)."""
-    from layerlab.cache import module_fingerprint
+    from layerlab.core.cache import module_fingerprint
 
     nb = nbformat.read(path, as_version=4)
     lines = [ln for c in nb.cells if c.cell_type == "code" for ln in c.source.splitlines()]
@@ -170,7 +170,7 @@ def execute(
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
-    from layerlab.cache import atomic_write
+    from layerlab.core.cache import atomic_write
 
     if not chapter.source.exists():
         raise BuildError(f"chapter {chapter.name!r}: notebook source {chapter.source} does not exist")
@@ -254,7 +254,7 @@ def _stage_sources(stage: Path) -> None:
             shutil.copyfile(src, dst)
 
 
-FAMILY_CHAPTERS = {"coupling", "diversity", "growth"}  # chapters that load layerlab.family
+FAMILY_CHAPTERS = {"coupling", "diversity", "growth"}  # chapters that load layerlab.training.family
 
 
 def train_family(profile: str, *, log=print) -> float:
@@ -262,7 +262,7 @@ def train_family(profile: str, *, log=print) -> float:
     (parallel single-threaded workers), so its cost is logged once and not billed to one chapter."""
     t0 = time.perf_counter()
     log(f"[book] family: training or loading the {profile} model family ...")
-    proc = subprocess.run([sys.executable, "-m", "layerlab.family", profile], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "layerlab", "family", profile], capture_output=True, text=True)
     if proc.returncode != 0:
         raise BuildError(f"training the {profile} model family failed:\n{proc.stderr[-3000:]}")
     seconds = time.perf_counter() - t0

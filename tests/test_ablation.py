@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from layerlab import ablation as A
-from layerlab import arch
-from layerlab.models import tiny_model
-from layerlab.residual import capture
+from layerlab.core import arch
+from layerlab.core.models import tiny_model
+from layerlab.core.residual import capture
+from layerlab.metrics import ablation as A
 
 
 def _ids(n=6, t=24, seed=0):

@@ -17,7 +17,7 @@ def _notebook(path, body="x = 1", title="# A throwaway chapter"):
         nbformat.v4.new_markdown_cell(title),
         nbformat.v4.new_code_cell('profile = "cpu"', metadata={"tags": ["parameters"]}),
         nbformat.v4.new_code_cell(
-            "from layerlab.profiles import select\n"
+            "from layerlab.core.profiles import select\n"
             "n = select({'smoke': 1, 'cpu': 2, 'gpu': 3}, profile)\n" + body
         ),
     ]

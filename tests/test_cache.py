@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from layerlab import cache
+from layerlab.core import cache
 
 
 @pytest.fixture(autouse=True)
@@ -52,10 +52,10 @@ def test_fingerprint_is_stable_and_sensitive():
 
 
 def test_module_fingerprint_follows_imports():
-    imports = cache.layerlab_imports("from layerlab import residual\nfrom layerlab.arch import view\n")
-    assert imports == {"layerlab", "layerlab.residual", "layerlab.arch"}
+    imports = cache.layerlab_imports("from layerlab.core import residual\nfrom layerlab.core.arch import view\n")
+    assert imports == {"layerlab.core", "layerlab.core.residual", "layerlab.core.arch"}
     # residual imports arch, so its fingerprint differs from arch's own but is deterministic
-    assert cache.module_fingerprint("layerlab.residual") == cache.module_fingerprint("layerlab.residual")
-    assert cache.module_fingerprint("layerlab.residual") != cache.module_fingerprint("layerlab.arch")
+    assert cache.module_fingerprint("layerlab.core.residual") == cache.module_fingerprint("layerlab.core.residual")
+    assert cache.module_fingerprint("layerlab.core.residual") != cache.module_fingerprint("layerlab.core.arch")
     with pytest.raises(ValueError, match="no layerlab module"):
         cache.module_fingerprint("layerlab.nonexistent")

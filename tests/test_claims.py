@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from layerlab import claims
-from layerlab.claims import Claim
+from layerlab.report import claims
+from layerlab.report.claims import Claim
 
 
 def _claim(**kw):

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from layerlab import coupling as cp
-from layerlab.jacobians import diagonal_jacobian_single
+from layerlab.core.jacobians import diagonal_jacobian_single
+from layerlab.metrics import coupling as cp
 
 
 def _stack(n: int = 4, d: int = 24, seed: int = 0) -> torch.Tensor:
@@ -133,7 +133,7 @@ def test_bad_inputs():
 
 
 def test_chapter_presets_and_fig1a_file():
-    from layerlab import coupling_chapter as ch
+    from layerlab.chapters.coupling import chapter as ch
 
     with pytest.raises(ValueError, match="unknown profile"):
         ch.preset("laptop")
@@ -148,8 +148,8 @@ def test_chapter_presets_and_fig1a_file():
 
 
 def test_prompt_result_and_summary_on_tiny_model():
-    from layerlab import coupling_runs as cr
-    from layerlab.models import tiny_model
+    from layerlab.chapters.coupling import runs as cr
+    from layerlab.core.models import tiny_model
 
     model = tiny_model("llama")
     ids = torch.randint(3, 259, (1, 10), generator=torch.Generator().manual_seed(0))
@@ -169,7 +169,7 @@ def test_predictor_stats_and_incremental_r2():
     import numpy as np
     import pandas as pd
 
-    from layerlab import coupling_runs as cr
+    from layerlab.chapters.coupling import runs as cr
 
     rng = np.random.default_rng(0)
     x1, x2 = rng.normal(size=30), rng.normal(size=30)
@@ -199,7 +199,7 @@ def test_locality_difference_and_permutation_null():
 
 
 def test_locality_run_and_quantisation_control_on_smoke_family():
-    from layerlab import coupling_runs as cr
+    from layerlab.chapters.coupling import runs as cr
 
     df, mats = cr.locality_run("smoke", {"depth": 3}, n_prompts=2, max_tokens=12, k=4, n_perm=50)
     assert len(df) == len(mats) and set(df["step"]) >= {0, 8}
@@ -215,7 +215,7 @@ def test_circle_graph_draws_every_layer():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from layerlab.plots import circle_graph
+    from layerlab.report.plots import circle_graph
 
     fig, ax = plt.subplots()
     circle_graph(ax, 1 - torch.rand(5, 5, generator=torch.Generator().manual_seed(0)).numpy(), title="t")
@@ -226,8 +226,8 @@ def test_circle_graph_draws_every_layer():
 def test_member_jacobians_cached_once_and_exact(monkeypatch):
     """The family callers share one Jacobian cache entry per (run, step, prompts), equal to a fresh
     computation; the second call must not recompute."""
-    from layerlab import coupling_runs as cr
-    from layerlab.family import get_family
+    from layerlab.chapters.coupling import runs as cr
+    from layerlab.training.family import get_family
 
     fam = get_family("smoke")
     m = fam.select(depth=3)[0]

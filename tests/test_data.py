@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from layerlab import data, fetch
-from layerlab.models import byte_tokenizer
+from layerlab.core.models import byte_tokenizer
+from layerlab.data import corpora as data
+from layerlab.data import fetch
 
 
 @pytest.fixture(scope="module")

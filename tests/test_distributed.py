@@ -11,8 +11,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 
-from layerlab import growth
-from layerlab.train import ModelSpec, TrainConfig, build_model, init_distributed, train
+from layerlab.training import growth
+from layerlab.training.train import ModelSpec, TrainConfig, build_model, init_distributed, train
 
 SPEC = ModelSpec(depth=2, width=16, heads=4, kv_heads=2, ffn=32, vocab_size=50, seq_len=8)
 SCHEDULE = growth.gtt([1.0, 2.0], 6)  # several phases, so optimiser rebuilds are exercised too
@@ -62,7 +62,7 @@ def test_two_process_gloo_matches_single_process(tmp_path):
 
 
 def test_batch_not_divisible_by_world_is_rejected(monkeypatch):
-    import layerlab.train as tr
+    import layerlab.training.train as tr
 
     monkeypatch.setattr(tr, "_rank_world", lambda: (0, 3))
     with pytest.raises(ValueError, match="divisible by the world size"):

@@ -4,10 +4,10 @@ on tiny random models and random tensors."""
 import pytest
 import torch
 
-from layerlab import diversity as dv
-from layerlab import diversity_members as dm
-from layerlab.models import tiny_model
-from layerlab.residual import lens_logits, run_with_capture
+from layerlab.core.models import tiny_model
+from layerlab.core.residual import lens_logits, run_with_capture
+from layerlab.metrics import diversity as dv
+from layerlab.metrics import members as dm
 
 TOL = 1e-10
 
@@ -153,7 +153,7 @@ def test_bad_inputs_raise_clear_errors():
 def test_partial_correlation_removes_a_shared_trend():
     import numpy as np
 
-    from layerlab import diversity_analysis as da
+    from layerlab.chapters.diversity import analysis as da
 
     rng = np.random.default_rng(0)
     z = np.arange(200, dtype=float)
@@ -163,7 +163,7 @@ def test_partial_correlation_removes_a_shared_trend():
 
 
 def test_sweep_is_consistent_with_direct_terms():
-    from layerlab import diversity_analysis as da
+    from layerlab.chapters.diversity import analysis as da
 
     f, labels = _rand(n=30, m=9, c=3, seed=4)
     scales = torch.rand(30, 5, dtype=torch.float64) + 0.5

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from layerlab.family import PRESETS, Family, FamilyMember, get_family
-from layerlab.train import eval_nll
+from layerlab.training.family import PRESETS, Family, FamilyMember, get_family
+from layerlab.training.train import eval_nll
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from layerlab import arch, growth
-from layerlab.growth import Phase, Schedule
-from layerlab.train import ModelSpec, TrainConfig, build_model, train
+from layerlab.core import arch
+from layerlab.training import growth
+from layerlab.training.growth import Phase, Schedule
+from layerlab.training.train import ModelSpec, TrainConfig, build_model, train
 
 SPEC = ModelSpec(depth=4, width=16, heads=4, kv_heads=2, ffn=32, vocab_size=50, seq_len=8)
 
@@ -190,7 +191,7 @@ def _run(arm, seed, nll_curve, flops_per_step=10.0, wall_per_step=1.0, n_windows
 
 
 def test_windows_at_interpolates_and_refuses_extrapolation():
-    from layerlab.growth_chapter import windows_at
+    from layerlab.chapters.growth.chapter import windows_at
 
     r = _run("uniform", 0, [6.0, 5.0, 4.0])
     assert np.allclose(windows_at(r, "tokens", 150), 4.5)
@@ -199,7 +200,7 @@ def test_windows_at_interpolates_and_refuses_extrapolation():
 
 
 def test_cost_to_target_and_speedups():
-    from layerlab.growth_chapter import cost_to_target, speedups
+    from layerlab.chapters.growth.chapter import cost_to_target, speedups
 
     r = _run("uniform", 0, [6.0, 5.0, 4.0])
     assert cost_to_target(r, "tokens", 4.5) == pytest.approx(150.0)
@@ -214,7 +215,7 @@ def test_cost_to_target_and_speedups():
 
 
 def test_hierarchical_delta_ci_covers_a_known_shift():
-    from layerlab.growth_chapter import hierarchical_delta
+    from layerlab.chapters.growth.chapter import hierarchical_delta
 
     rng = np.random.default_rng(0)
     base = rng.normal(5.0, 0.3, size=64)
@@ -226,7 +227,7 @@ def test_hierarchical_delta_ci_covers_a_known_shift():
 
 
 def test_matched_uses_the_smallest_budget_and_reports_deltas():
-    from layerlab.growth_chapter import matched
+    from layerlab.chapters.growth.chapter import matched
 
     res = {"runs": [_run("uniform", s, [6.0, 5.0, 4.0]) for s in range(3)]
            + [_run("gtt", s, [6.0, 5.5, 4.5], flops_per_step=5.0) for s in range(3)]}

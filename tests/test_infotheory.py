@@ -1,11 +1,11 @@
-"""Identities of layerlab.infotheory (spec diversity.md section 7, items 8-10)."""
+"""Identities of layerlab.metrics.infotheory (spec diversity.md section 7, items 8-10)."""
 
 import itertools
 
 import numpy as np
 import pytest
 
-from layerlab import infotheory as it
+from layerlab.metrics import infotheory as it
 
 
 def _enumerated_ci(seed: int = 0, m: int = 3, k: int = 3, c: int = 2):

@@ -4,9 +4,9 @@ differences, context Jacobians, causality, zero blocks, authors_compat, bad inpu
 import pytest
 import torch
 
-from layerlab import jacobians as jac
-from layerlab.arch import view
-from layerlab.models import tiny_model
+from layerlab.core import jacobians as jac
+from layerlab.core.arch import view
+from layerlab.core.models import tiny_model
 
 FAMILIES = ["llama", "qwen2", "gpt2", "neox", "gemma2", "gemma3"]
 

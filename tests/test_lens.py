@@ -3,10 +3,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from layerlab import data, lens, perplexity
-from layerlab.models import byte_tokenizer, tiny_model
-from layerlab.profiles import select
-from layerlab.residual import contributions, lens_logits, run_with_capture
+from layerlab.chapters.residual import chapter as lens
+from layerlab.core.models import byte_tokenizer, tiny_model
+from layerlab.core.profiles import select
+from layerlab.core.residual import contributions, lens_logits, run_with_capture
+from layerlab.data import corpora as data
+from layerlab.metrics import perplexity
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from layerlab import ablation as A
-from layerlab import manipulation as M
-from layerlab import weights as W
-from layerlab.models import tiny_model
-from layerlab.residual import capture
+from layerlab.core.models import tiny_model
+from layerlab.core.residual import capture
+from layerlab.metrics import ablation as A
+from layerlab.metrics import manipulation as M
+from layerlab.metrics import weights as W
 
 
 def _ids(n=3, t=16, seed=0):

@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from layerlab import arch, models, residual
+from layerlab.core import arch, models, residual
 
 
 def test_unknown_name_lists_known_names():

@@ -3,7 +3,7 @@
 Every ``notebooks/*.ipynb`` must carry no outputs, have one ``parameters`` cell defining
 ``profile`` (default ``"cpu"``), start with a single ``# Title`` markdown cell (the page title),
 execute with papermill at ``profile=smoke``, and fail with a clear message on an unknown profile
-(each chapter chooses its preset with ``layerlab.profiles.select``).
+(each chapter chooses its preset with ``layerlab.core.profiles.select``).
 """
 
 from __future__ import annotations
@@ -106,6 +106,6 @@ def test_unknown_profile_fails_clearly(path, tmp_path):
         bb.execute(bb.Chapter(path.stem, path), "no-such-profile", tmp_path, use_cache=False)
     msg = str(err.value)
     assert "ValueError" in msg and "no-such-profile" in msg, (
-        f"{path.name}: an unknown profile must raise layerlab.profiles.select's ValueError, got: {msg}"
+        f"{path.name}: an unknown profile must raise layerlab.core.profiles.select's ValueError, got: {msg}"
     )
 

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from layerlab import data, perplexity
-from layerlab.models import byte_tokenizer, load_model, tiny_model
+from layerlab.core.models import byte_tokenizer, load_model, tiny_model
+from layerlab.data import corpora as data
+from layerlab.metrics import perplexity
 
 
 @pytest.fixture(scope="module")

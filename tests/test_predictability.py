@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from layerlab import predictability as P
-from layerlab import weights as W
-from layerlab.models import tiny_model
+from layerlab.core.models import tiny_model
+from layerlab.metrics import predictability as P
+from layerlab.metrics import weights as W
 
 
 def _stack(L=8, n=300, seed=0):
@@ -103,7 +103,7 @@ def test_generation_modes_and_matched_norm_control():
 
 
 def test_replacement_interventions_cached_equals_naive():
-    from layerlab.ablation import evaluate_interventions
+    from layerlab.metrics.ablation import evaluate_interventions
 
     m = tiny_model("llama")
     ivs = P.replacement_interventions(m, ks=(1, 2), single=(2,))

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from layerlab import quant
-from layerlab.models import tiny_model
+from layerlab.core.models import tiny_model
+from layerlab.metrics import quant
 
 
 @pytest.mark.parametrize("qtype,fn", [("Q4_1", quant.q4_1_roundtrip), ("Q8_0", quant.q8_0_roundtrip)])

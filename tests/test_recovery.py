@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from layerlab import recovery as R
-from layerlab.models import tiny_model
+from layerlab.core.models import tiny_model
+from layerlab.metrics import recovery as R
 
 
 def _ids(n, t=16, seed=0):

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from layerlab import arch, residual
-from layerlab.models import TINY_FAMILIES, tiny_model
+from layerlab.core import arch, residual
+from layerlab.core.models import TINY_FAMILIES, tiny_model
 
 FAMILIES = list(TINY_FAMILIES)
 

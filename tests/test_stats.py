@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from layerlab import stats
+from layerlab.report import stats
 
 
 def test_bootstrap_mean_matches_normal_theory():

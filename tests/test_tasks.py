@@ -2,8 +2,8 @@
 
 import pytest
 
-from layerlab import tasks
-from layerlab.models import byte_tokenizer
+from layerlab.core.models import byte_tokenizer
+from layerlab.data import tasks
 
 
 def _have_data() -> bool:
@@ -39,7 +39,7 @@ def test_csv_loader_rejects_malformed_files(tmp_path, content, match):
     p.write_text(content, encoding="utf-8")
     with pytest.raises(tasks.TaskDataError, match=match) as e:
         tasks.read_labelled_csv(p, {"1": 0, "-1": 1})
-    assert "layerlab.fetch" in str(e.value) and "bad.csv" in str(e.value)
+    assert "layerlab.data.fetch" in str(e.value) and "bad.csv" in str(e.value)
 
 
 def test_wordnet_parser_and_errors(tmp_path):
@@ -96,8 +96,8 @@ def test_definition_task_options_contain_the_answer():
 
 
 def test_gpu_profile_names_the_papers_tasks():
-    from layerlab import diversity_chapter as ch
-    from layerlab.profiles import select
+    from layerlab.chapters.diversity import chapter as ch
+    from layerlab.core.profiles import select
 
     gpu = select(ch.PRESETS, "gpu")
     assert set(gpu.tasks) <= set(tasks.HUB_TASKS) and "Llama-3" in gpu.model

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch.utils.flop_counter import FlopCounterMode
 
-from layerlab import growth
-from layerlab.train import (
+from layerlab.training import growth
+from layerlab.training.train import (
     ModelSpec,
     TrainConfig,
     build_model,

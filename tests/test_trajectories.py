@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from layerlab import trajectories as tr
+from layerlab.metrics import trajectories as tr
 
 
 def _walk(L: int = 12, d: int = 8, seed: int = 0) -> torch.Tensor:

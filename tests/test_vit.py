@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from layerlab import vit
+from layerlab.training import vit
 
 
 def _model(cfg: vit.ViTConfig | None = None) -> vit.ViT:

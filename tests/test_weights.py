@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from layerlab import weights as W
-from layerlab.models import tiny_model
+from layerlab.core.models import tiny_model
+from layerlab.metrics import weights as W
 
 
 def _direct_delta_corr(stack):

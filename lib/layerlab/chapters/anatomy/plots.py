@@ -1,0 +1,122 @@
+"""Figures of the anatomy chapter (drawn from result tables; no computation here).
+
+Wietrzykowski, *Anatomical Heterogeneity in Transformer Language Models* (arXiv:2603.19348); layout per
+the project spec ``shared/papers/anatomy.md`` section 4 (4.1 delta correlations and R², 4.2 generation,
+4.3 ablation profile, 4.4 recovery curves, 4.5 manipulation).
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from layerlab.report.plots import FIGSIZE, layer_axis
+
+
+def delta_figure(pairs: pd.DataFrame, null_pairs: pd.DataFrame):
+    """ρ_l per component vs depth (real: lines; random-init N1: grey), with the −0.5 null."""
+    fig, ax = plt.subplots(figsize=FIGSIZE["wide"])
+    for comp, g in pairs.groupby("component", sort=False):
+        ax.plot(g.pair, g.rho, marker=".", label=comp)
+    for _, g in null_pairs.groupby("component", sort=False):
+        ax.plot(g.pair, g.rho, color="0.7", lw=0.8, zorder=0)
+    ax.axhline(-0.5, color="k", ls="--", lw=1, label="null −0.5")
+    ax.set_xlabel("pair l (corr of Δ_l, Δ_{l+1}; 0-based)")
+    ax.set_ylabel("delta correlation")
+    ax.legend(ncol=4, fontsize="small")
+    return fig
+
+
+def r2_figure(pred: pd.DataFrame):
+    """Held-out R² per predictor variant, real vs N1 (random init) vs N2 (shuffled, 95% range)."""
+    comps = list(dict.fromkeys(pred.component))
+    variants = list(dict.fromkeys(pred.predictor))
+    fig, axes = plt.subplots(1, len(variants), figsize=(min(2.0 * len(variants), 16), 3.4), sharey=False)
+    for ax, v in zip(np.atleast_1d(axes), variants):
+        t = pred[pred.predictor == v].set_index("component").loc[comps]
+        x = np.arange(len(comps))
+        ax.bar(x - 0.25, t.r2, width=0.25, label="real")
+        ax.bar(x, t.N1, width=0.25, label="N1 random init")
+        ax.bar(x + 0.25, t.N2, width=0.25, label="N2 shuffled",
+               yerr=[t.N2 - t.N2_low, t.N2_high - t.N2], capsize=2)
+        ax.set_xticks(x, comps, rotation=90, fontsize="x-small")
+        ax.set_title(v, fontsize="small")
+        lo = max(float(np.nanmin(t[["r2", "N1", "N2_low"]].to_numpy())), -1.0)
+        ax.set_ylim(min(lo, 0) - 0.05, 1.05)
+    np.atleast_1d(axes)[0].set_ylabel("held-out R²")
+    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize="small")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+def ablation_figure(profile: pd.DataFrame, protocol: str, ops: list[str], n_layers: int):
+    """ΔNLL per layer with 95% CI band, one line per operator, symlog y axis."""
+    fig, ax = plt.subplots(figsize=FIGSIZE["wide"])
+    for op in ops:
+        t = profile[(profile.op == op) & (profile.protocol == protocol)].sort_values("layer")
+        if t.empty:
+            continue
+        ax.plot(t.layer, t.dnll, marker=".", label=op)
+        ax.fill_between(t.layer, t.dnll_low, t.dnll_high, alpha=0.25)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_yscale("symlog", linthresh=1e-2)
+    ax.set_ylabel("ΔNLL (nats/token)")
+    layer_axis(ax, n_layers)
+    ax.set_title(f"ablation profile, {protocol} protocol")
+    ax.legend(ncol=3, fontsize="small")
+    return fig
+
+
+def replacement_figure(rep: pd.DataFrame):
+    """PPL vs number of replaced deepest layers (teacher-forced and generated), log y."""
+    fig, ax = plt.subplots(figsize=FIGSIZE["single"])
+    for prefix, label in (("deepest", "teacher-forced"), ("gen-deepest", "generated")):
+        t = rep[rep.name.str.match(rf"^{prefix}\d+$")].copy()
+        if t.empty:
+            continue
+        t["k"] = t.name.str.replace(prefix, "").astype(int)
+        t = t.sort_values("k")
+        ax.errorbar(t.k, t.ppl, yerr=[t.ppl - t.ppl_low, t.ppl_high - t.ppl], marker="o", capsize=2, label=label)
+    ax.axhline(float(rep.base_ppl.iloc[0]), color="k", ls="--", lw=1, label="baseline")
+    ax.set_yscale("log")
+    ax.set_xlabel("deepest layers replaced by P1 predictions")
+    ax.set_ylabel("perplexity")
+    ax.legend()
+    return fig
+
+
+def recovery_figure(curves: list):
+    """Excess NLL (vs the clean baseline) during fine-tuning, one line per run."""
+    fig, ax = plt.subplots(figsize=FIGSIZE["single"])
+    for c in curves:
+        ls = ":" if c.sigma_rel == 0 else "-"
+        ax.plot(c.steps, np.asarray(c.nll) - c.base_nll, ls=ls, marker=".",
+                label=f"L{c.layer} σ={c.sigma_rel:g} s{c.seed}")
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_yscale("symlog", linthresh=1e-3)
+    ax.set_xlabel("fine-tuning step")
+    ax.set_ylabel("NLL − baseline (nats)")
+    ax.legend(fontsize="x-small", ncol=2)
+    return fig
+
+
+def alpha_figure(manip: pd.DataFrame, target: str):
+    """ΔPPL% vs α for weight scaling (all matrices and residual writers only) on one target."""
+    fig, ax = plt.subplots(figsize=FIGSIZE["single"])
+    for suffix, label in (("", "all matrices"), ("-writers", "o/down only")):
+        t = manip[(manip.target == target) & manip.config.str.match(rf"^scale[\d.]+{suffix}$")].copy()
+        if t.empty:
+            continue
+        t["alpha"] = t.config.str.replace("scale", "").str.replace("-writers", "").astype(float)
+        t = t.sort_values("alpha")
+        ax.errorbar(t.alpha, t.dppl_pct, yerr=[t.dppl_pct - t.dppl_low, t.dppl_high - t.dppl_pct], marker="o",
+                    capsize=2, label=label)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_yscale("symlog", linthresh=1)
+    ax.set_xlabel("α")
+    ax.set_ylabel("ΔPPL %")
+    ax.set_title(f"scaling the {target} layers")
+    ax.legend()
+    return fig

@@ -1,0 +1,85 @@
+"""``python -m layerlab <command>``: the library's command line.
+
+    python -m layerlab fetch [--force]            fetch and verify the corpora (make data)
+    python -m layerlab family [PROFILE]           train (or load) the shared model family
+    python -m layerlab cache info                 what the cache holds, by kind, and what is stale
+    python -m layerlab cache prune [--dry-run]    delete entries no current source fingerprint reaches
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def cache_info(argv: list[str] | None = None) -> int:
+    from layerlab.core import cache
+
+    entries = cache.entries()
+    by_kind: dict[str, list] = defaultdict(list)
+    for e in entries:
+        by_kind[e.kind].append(e)
+    print(f"cache at {cache.cache_dir()} (LAYERLAB_CACHE overrides it)")
+    if not entries:
+        print("  no entries (the fetched corpora in data/ are not listed)")
+        return 0
+    print(f"  {'kind':24s} {'entries':>7s} {'stale':>6s} {'size':>10s}  computed by")
+    for kind, es in sorted(by_kind.items()):
+        stale = sum(not e.current for e in es)
+        modules = sorted({e.module or "?" for e in es})
+        print(f"  {kind:24s} {len(es):7d} {stale:6d} {_human(sum(e.bytes for e in es)):>10s}  {', '.join(modules)}")
+    n_stale = sum(not e.current for e in entries)
+    print(f"  total {len(entries)} entries, {_human(sum(e.bytes for e in entries))}; {n_stale} stale "
+          "(computed by code that has changed since; `python -m layerlab cache prune` removes them)")
+    return 0
+
+
+def cache_prune(argv: list[str] | None = None) -> int:
+    from layerlab.core import cache
+
+    ap = argparse.ArgumentParser(prog="python -m layerlab cache prune")
+    ap.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+    a = ap.parse_args(argv)
+    stale = cache.prune(dry_run=a.dry_run)
+    for e in stale:
+        print(f"  {'would delete' if a.dry_run else 'deleted'} {e.kind}/{e.path.name} ({_human(e.bytes)})")
+    print(f"{len(stale)} stale entr{'y' if len(stale) == 1 else 'ies'}, {_human(sum(e.bytes for e in stale))}"
+          f"{' (dry run)' if a.dry_run else ' freed'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    usage = __doc__.split("\n\n")[1]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "fetch":
+        from layerlab.data.fetch import main as fetch_main
+
+        return fetch_main(rest)
+    if cmd == "family":
+        from layerlab.training.family import main as family_main
+
+        family_main(rest)
+        return 0
+    if cmd == "cache":
+        sub = rest[0] if rest else ""
+        if sub == "info":
+            return cache_info(rest[1:])
+        if sub == "prune":
+            return cache_prune(rest[1:])
+        print(f"unknown cache command {sub!r}: use `cache info` or `cache prune`\n{usage}", file=sys.stderr)
+        return 2
+    print(f"unknown command {cmd!r}: choose one of fetch, family, cache\n{usage}", file=sys.stderr)
+    return 2
