@@ -39,7 +39,6 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER_PREFIX = "book/chapters/"
 KERNEL_NAME = "layerlab"
-PROFILES = ("smoke", "cpu", "gpu")
 # Progress bars off, hub off: the book build is quiet and offline.
 BUILD_ENV = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_OFFLINE": "1"}
 # Book sources copied when building into a separate output tree (tests): everything but chapters.
@@ -254,7 +253,19 @@ def _stage_sources(stage: Path) -> None:
             shutil.copyfile(src, dst)
 
 
-FAMILY_CHAPTERS = {"coupling", "diversity", "growth"}  # chapters that load layerlab.training.family
+def uses_family(name: str) -> bool:
+    """Whether chapter ``name`` needs the shared trained family: its package says so (``USES_FAMILY``).
+    A notebook without a chapter package of that name is assumed not to."""
+    import importlib
+
+    try:
+        pkg = importlib.import_module(f"layerlab.chapters.{name}")
+    except ModuleNotFoundError:
+        return False
+    if not hasattr(pkg, "USES_FAMILY"):
+        raise BuildError(f"layerlab.chapters.{name} does not say whether it needs the trained family: "
+                         "set USES_FAMILY = True or False in its __init__.py")
+    return bool(pkg.USES_FAMILY)
 
 
 def train_family(profile: str, *, log=print) -> float:
@@ -282,8 +293,10 @@ def build(
     log=print,
 ) -> Path:
     """Execute (or reuse) every toc chapter at ``profile`` and build the HTML book; return its dir."""
-    if profile not in PROFILES:
-        raise BuildError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILES)} (PROFILE=...)")
+    from layerlab.core.profiles import PROFILE_NAMES
+
+    if profile not in PROFILE_NAMES:
+        raise BuildError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILE_NAMES)} (PROFILE=...)")
     output = output.resolve()
     executed_dir = (executed_dir or output / "_build" / "executed").resolve()
     if output != ROOT:
@@ -314,7 +327,7 @@ def build(
         if stale.stem not in {c.name for c in present}:
             stale.unlink()
     t0 = time.perf_counter()
-    if any(c.name in FAMILY_CHAPTERS for c in present):
+    if any(uses_family(c.name) for c in present):
         train_family(profile, log=log)
     failures = []
     for c in present:  # run every chapter, then report all failures at once

@@ -194,13 +194,15 @@ def test_cached_values_roundtrip_typed_results(tmp_path, monkeypatch):
 
     monkeypatch.setenv("LAYERLAB_CACHE", str(tmp_path))
     prov = Provenance(chapter="x", profile="smoke", model="m", tokens="t", seed=0, device="cpu", dtype="float32")
-    value = {"prov": prov, "df": pd.DataFrame({"a": [1, 2], "b": [0.5, np.nan], "c": ["x", "y"]}),
+    multi = pd.DataFrame({"v": [1.0, 2.0]}, index=pd.MultiIndex.from_tuples([("a", 1), ("b", 2)], names=["s", "k"]))
+    value = {"prov": prov, "df": pd.DataFrame({"a": [1, 2], "b": [0.5, np.nan], "c": ["x", "y"]}), "multi": multi,
              "t": torch.arange(3.0, dtype=torch.float64), "arr": np.ones((2, 2)), (0, 1): 3}
     first = cache.cached("roundtrip", {"k": 1}, lambda: value)
     again = cache.cached("roundtrip", {"k": 1}, lambda: pytest.fail("recomputed"))
     for out in (first, again):
         assert out["prov"] == prov and out[(0, 1)] == 3
         pd.testing.assert_frame_equal(out["df"], value["df"])
+        pd.testing.assert_frame_equal(out["multi"], multi)
         assert torch.equal(out["t"], value["t"]) and np.array_equal(out["arr"], value["arr"])
 
 

@@ -130,7 +130,8 @@ def _encode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
         return {"__ndarray__": name}
     if isinstance(obj, pd.DataFrame):
         return {"__dataframe__": _encode(obj.to_dict(orient="split"), tensors),
-                "dtypes": {str(c): str(t) for c, t in obj.dtypes.items()}}
+                "dtypes": [str(t) for t in obj.dtypes], "index_names": list(obj.index.names),
+                "column_names": list(obj.columns.names)}
     if isinstance(obj, pd.Series):
         return {"__series__": _encode(obj.to_dict(), tensors), "name": obj.name}
     if isinstance(obj, Path):
@@ -164,8 +165,10 @@ def _decode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
         return tensors[obj["__ndarray__"]].numpy()
     if "__dataframe__" in obj:
         d = _decode(obj["__dataframe__"], tensors)
-        df = pd.DataFrame(d["data"], index=d["index"], columns=d["columns"])
-        return df.astype({c: t for c, t in zip(df.columns, obj["dtypes"].values()) if t != "object"})
+        df = pd.DataFrame(d["data"], index=_index(d["index"], obj.get("index_names")),
+                          columns=_index(d["columns"], obj.get("column_names")))
+        dtypes = obj["dtypes"]
+        return df.astype({df.columns[i]: t for i, t in enumerate(dtypes) if t != "object"}) if len(df.columns) else df
     if "__series__" in obj:
         return pd.Series(_decode(obj["__series__"], tensors), name=obj["name"])
     if "__dataclass__" in obj:
@@ -177,6 +180,14 @@ def _decode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
     if "__items__" in obj:
         return {_hashable(_decode(k, tensors)): _decode(v, tensors) for k, v in obj["__items__"]}
     return {k: _decode(v, tensors) for k, v in obj.items()}
+
+
+def _index(values: list, names: list | None) -> Any:
+    import pandas as pd
+
+    if values and isinstance(values[0], list):
+        return pd.MultiIndex.from_tuples([tuple(v) for v in values], names=names)
+    return pd.Index(values, name=names[0] if names else None) if values or names else values
 
 
 def _hashable(x: Any) -> Any:

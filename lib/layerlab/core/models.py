@@ -339,13 +339,3 @@ def load_model(name: str, *, random_init: bool = False, seed: int = 0,
         raise ModelLoadError(f"could not load model {name!r}: {e.__class__.__name__}: {str(e)[:300]}. {hint}; "
                              f"offline names: {', '.join(KNOWN_MODELS)}") from e
     return model.eval(), tokenizer
-
-
-def n_params(model: nn.Module) -> int:
-    """Number of distinct parameters (tied tensors counted once)."""
-    seen, total = set(), 0
-    for p in model.parameters():
-        if p.data_ptr() not in seen:
-            seen.add(p.data_ptr())
-            total += p.numel()
-    return total

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from layerlab.report.stats import resample_indices
+
 LN2 = float(np.log(2.0))
 
 
@@ -237,13 +239,14 @@ def _mi_tables(tables: np.ndarray, n: int, miller_madow: bool) -> np.ndarray:
 def bootstrap_mi(
     x, y, z=None, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95, miller_madow: bool = True
 ) -> tuple[float, float, float]:
-    """Estimate and percentile bootstrap CI of I(X;Y|Z) over examples (resampling rows jointly)."""
+    """Estimate and percentile bootstrap CI of I(X;Y|Z) over examples (resampling rows jointly with
+    :func:`layerlab.report.stats.resample_indices`; the replicates are vectorised contingency tables)."""
     rng = np.random.default_rng(seed)
     x, y = np.asarray(x), np.asarray(y)
     z = None if z is None else np.asarray(z)
     n = len(y)
     est = mutual_info(x, y, z, miller_madow=miller_madow)
-    idx = rng.integers(0, n, (n_boot, n))
+    idx = resample_indices(n, n_boot, rng)  # [n_boot, n]
     if z is None:  # vectorised: one contingency table per replicate
         xc, yc = joint_codes(x), joint_codes(y)
         kx, ky = int(xc.max()) + 1, int(yc.max()) + 1

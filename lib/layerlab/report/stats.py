@@ -59,8 +59,11 @@ def _check_level(level: float) -> tuple[float, float]:
     return 100 * a, 100 * (1 - a)
 
 
-def _resample_indices(n: int, n_boot: int, rng: np.random.Generator,
-                      groups: np.ndarray | None) -> list[np.ndarray] | np.ndarray:
+def resample_indices(n: int, n_boot: int, rng: np.random.Generator,
+                     groups: np.ndarray | None = None) -> list[np.ndarray] | np.ndarray:
+    """Bootstrap replicate indices: [n_boot, n] rows drawn with replacement, or (``groups``) one
+    index array per replicate made of whole groups drawn with replacement (cluster bootstrap).
+    The one resampling routine of the library: every bootstrap draws its replicates here."""
     if groups is None:
         return rng.integers(0, n, size=(n_boot, n))
     _, inv = np.unique(groups, return_inverse=True)
@@ -88,7 +91,7 @@ def bootstrap_ci(x: Any, stat: Callable[[np.ndarray], float] = np.mean, *, n_boo
     lo_q, hi_q = _check_level(level)
     rng = np.random.default_rng(seed)
     est = float(stat(arr))
-    idx = _resample_indices(n, n_boot, rng, g)
+    idx = resample_indices(n, n_boot, rng, g)
     if stat is np.mean and g is None and arr.ndim == 1:  # vectorised fast path, in chunks
         reps = np.concatenate([arr[idx[i:i + 256]].mean(axis=1) for i in range(0, n_boot, 256)])
     else:
