@@ -39,7 +39,7 @@ def test_csv_loader_rejects_malformed_files(tmp_path, content, match):
     p.write_text(content, encoding="utf-8")
     with pytest.raises(tasks.TaskDataError, match=match) as e:
         tasks.read_labelled_csv(p, {"1": 0, "-1": 1})
-    assert "layerlab.data.fetch" in str(e.value) and "bad.csv" in str(e.value)
+    assert "python -m layerlab fetch" in str(e.value) and "bad.csv" in str(e.value)
 
 
 def test_wordnet_parser_and_errors(tmp_path):
