@@ -13,9 +13,8 @@ unchanged rebuild only copies cached notebooks to ``book/chapters/`` and lets Sp
 changed. Then ``jupyter-book build --warningiserror --nitpick --keep-going`` writes
 ``<output>/_build/html``.
 
-A missing chapter source fails the build unless ``LAYERLAB_ALLOW_MISSING=1``, in which case it is
-skipped with a warning and left out of a filtered table of contents. A failing notebook fails the
-build with its name and the error; the partially executed notebook is kept in
+A chapter listed in the toc without a notebook source fails the build, naming the file. A failing
+notebook fails the build with its name and the error; the partially executed notebook is kept in
 ``<executed-dir>/failed/`` for inspection.
 """
 
@@ -287,7 +286,6 @@ def build(
     output: Path = ROOT,
     executed_dir: Path | None = None,
     notebooks_dir: Path = ROOT / "notebooks",
-    allow_missing: bool = False,
     html: bool = True,
     only: set[str] | None = None,
     log=print,
@@ -312,17 +310,13 @@ def build(
         chapters = [c for c in chapters if c.name in only]
         log(f"[book] building only {sorted(only)} (CHAPTERS=...)")
     missing = [c for c in chapters if not c.source.exists()]
-    if missing and not allow_missing:
+    if missing:
         names = ", ".join(str(c.source) for c in missing)
-        raise BuildError(
-            f"notebook source(s) listed in _toc.yml do not exist: {names}. "
-            "Add them, or set LAYERLAB_ALLOW_MISSING=1 to build the book without them."
-        )
-    for c in missing:
-        log(f"[book] WARNING: skipping chapter {c.name!r}: {c.source} does not exist")
+        raise BuildError(f"notebook source(s) listed in _toc.yml do not exist: {names}. "
+                         "Add the notebook, or remove its entry from _toc.yml.")
     chapters_dir = output / "book" / "chapters"
     chapters_dir.mkdir(parents=True, exist_ok=True)
-    present = [c for c in chapters if c.source.exists()]
+    present = chapters
     for stale in chapters_dir.glob("*.ipynb"):
         if stale.stem not in {c.name for c in present}:
             stale.unlink()
@@ -343,9 +337,9 @@ def build(
     log(f"[book] notebooks ready in {time.perf_counter() - t0:.1f} s")
     if not html:
         return chapters_dir
-    if missing or left_out:
+    if left_out:
         toc = yaml.safe_load(toc_path.read_text())
-        filtered = _filter_toc(toc, {f"{CHAPTER_PREFIX}{c.name}" for c in missing + left_out})
+        filtered = _filter_toc(toc, {f"{CHAPTER_PREFIX}{c.name}" for c in left_out})
         toc_path = output / "_build" / "_toc.available.yml"
         toc_path.parent.mkdir(parents=True, exist_ok=True)
         toc_path.write_text(yaml.safe_dump(filtered, sort_keys=False))
@@ -412,7 +406,6 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated chapter names to build (default: all in _toc.yml)",
     )
     args = ap.parse_args(argv)
-    allow_missing = os.environ.get("LAYERLAB_ALLOW_MISSING", "") not in ("", "0")
     t0 = time.perf_counter()
     try:
         out = build(
@@ -420,7 +413,6 @@ def main(argv: list[str] | None = None) -> int:
             output=args.output,
             executed_dir=args.executed_dir,
             notebooks_dir=args.notebooks_dir,
-            allow_missing=allow_missing,
             html=not args.no_html,
             only={c.strip() for c in args.chapters.split(",") if c.strip()} or None,
         )

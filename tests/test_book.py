@@ -84,7 +84,7 @@ def test_failing_notebook_names_chapter_cell_and_error(tmp_path):
 def test_unknown_profile_and_missing_sources_are_clear_errors(tmp_path):
     with pytest.raises(bb.BuildError, match="unknown profile 'tpu'"):
         bb.build("tpu", output=tmp_path / "out", html=False)
-    with pytest.raises(bb.BuildError, match="LAYERLAB_ALLOW_MISSING=1"):
+    with pytest.raises(bb.BuildError, match="do not exist.*remove its entry"):
         bb.build("smoke", output=tmp_path / "out", notebooks_dir=tmp_path / "empty", html=False)
 
 
@@ -93,7 +93,7 @@ def test_smoke_build_of_the_whole_book(tmp_path, tmp_path_factory):
     """Execute every present chapter at smoke (reusing this session's executed notebooks) and
     build the HTML book in a temp dir with warnings as errors."""
     out = tmp_path / "book"
-    html = bb.build("smoke", output=out, executed_dir=smoke_executed_dir(tmp_path_factory), allow_missing=True)
+    html = bb.build("smoke", output=out, executed_dir=smoke_executed_dir(tmp_path_factory))
     assert (html / "index.html").exists()
     assert (html / "book" / "intro.html").exists()
     assert (html / "book" / "bibliography.html").exists()

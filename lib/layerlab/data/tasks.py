@@ -135,15 +135,8 @@ def verbaliser_ids(tokenizer, classes: tuple[str, ...]) -> tuple[list[int], str]
 
 # --------------------------------------------------------------------------- loaders
 def _data_path(name: str) -> Path:
-    try:
-        from layerlab.data.corpora import data_path
-    except ImportError:  # layerlab.data.corpora not there yet: read the fetch layout directly
-        from layerlab.data.fetch import DATA_FILES, MissingDataError, data_root
+    from layerlab.data.corpora import data_path
 
-        p = data_root() / DATA_FILES[name]
-        if not p.exists():
-            raise MissingDataError(f"{p} is missing: run `make data` (or python -m layerlab fetch)") from None
-        return p
     return Path(data_path(name))
 
 
