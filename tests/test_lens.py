@@ -3,9 +3,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from layerlab.chapters.residual import chapter as lens
+from layerlab.chapters import residual
+from layerlab.chapters.residual import analysis as lens
 from layerlab.core.models import byte_tokenizer, tiny_model
-from layerlab.core.profiles import select
 from layerlab.core.residual import contributions, lens_logits, run_with_capture
 from layerlab.data import corpora as data
 from layerlab.metrics import perplexity
@@ -90,14 +90,16 @@ def test_analyze_identities_and_definitions(windows, tmp_path, monkeypatch):
 
 
 def test_presets_and_errors(windows):
-    assert select(lens.PRESETS, "smoke").model.startswith("tiny-")
-    assert select(lens.PRESETS, "cpu").model == "smollm2-135m" and lens.PRESETS["cpu"].eval_tokens >= 16_000
-    assert lens.PRESETS["gpu"].eval_tokens >= 1_000_000 and lens.PRESETS["gpu"].device == "cuda"
+    assert residual.preset("smoke").model.startswith("tiny-")
+    assert residual.preset("cpu").model == "smollm2-135m" and residual.PRESETS["cpu"].eval_tokens >= 16_000
+    assert residual.PRESETS["gpu"].eval_tokens >= 1_000_000 and residual.PRESETS["gpu"].device == "cuda"
+    assert residual.preset("cpu", seed=3).seed == 3 and residual.PRESETS["cpu"].seed == 0
     with pytest.raises(ValueError, match="profile"):
-        select(lens.PRESETS, "laptop")
+        residual.preset("laptop")
     model = tiny_model("llama", seed=0)
     with pytest.raises(ValueError, match="lens_positions"):
         lens.analyze(model, windows, lens_positions=0)
     res = lens.analyze(model, windows, lens_positions=2, n_boot=50)
     with pytest.raises(ValueError, match="eval_tokens"):
         lens.subset_perplexity(res, windows, "no/such-doc")
+
