@@ -1,14 +1,21 @@
+import dataclasses
+import importlib
+import math
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
 
-from layerlab.chapters.residual import chapter as lens
+from layerlab.chapters import residual
+from layerlab.chapters.residual import analysis as lens
+from layerlab.core.cache import cache_dir
 from layerlab.core.models import byte_tokenizer, tiny_model
-from layerlab.core.profiles import select
 from layerlab.core.residual import contributions, lens_logits, run_with_capture
 from layerlab.data import corpora as data
 from layerlab.metrics import perplexity
+from layerlab.report.claims import VERDICTS, claim_table
 
 
 @pytest.fixture(scope="module")
@@ -90,14 +97,102 @@ def test_analyze_identities_and_definitions(windows, tmp_path, monkeypatch):
 
 
 def test_presets_and_errors(windows):
-    assert select(lens.PRESETS, "smoke").model.startswith("tiny-")
-    assert select(lens.PRESETS, "cpu").model == "smollm2-135m" and lens.PRESETS["cpu"].eval_tokens >= 16_000
-    assert lens.PRESETS["gpu"].eval_tokens >= 1_000_000 and lens.PRESETS["gpu"].device == "cuda"
+    assert residual.preset("smoke").model.startswith("tiny-")
+    assert residual.preset("cpu").model == "smollm2-135m" and residual.PRESETS["cpu"].eval_tokens >= 16_000
+    assert residual.PRESETS["gpu"].eval_tokens >= 1_000_000 and residual.PRESETS["gpu"].device == "cuda"
+    assert residual.preset("cpu", seed=3).seed == 3 and residual.PRESETS["cpu"].seed == 0
     with pytest.raises(ValueError, match="profile"):
-        select(lens.PRESETS, "laptop")
+        residual.preset("laptop")
     model = tiny_model("llama", seed=0)
     with pytest.raises(ValueError, match="lens_positions"):
         lens.analyze(model, windows, lens_positions=0)
     res = lens.analyze(model, windows, lens_positions=2, n_boot=50)
     with pytest.raises(ValueError, match="eval_tokens"):
         lens.subset_perplexity(res, windows, "no/such-doc")
+
+
+# ----------------------------------------------------------------------------- the chapter protocol
+def _same(a, b, where="result"):
+    """Exact equality of two (nested) chapter results: DataFrames/Series with dtypes, NaN == NaN."""
+    if isinstance(a, pd.DataFrame):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    elif isinstance(a, pd.Series):
+        pd.testing.assert_series_equal(a, b, check_exact=True)
+    elif dataclasses.is_dataclass(a):
+        assert type(a) is type(b), where
+        for f in dataclasses.fields(a):
+            _same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
+    elif isinstance(a, dict):
+        assert list(a) == list(b), where
+        for k in a:
+            _same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, float) and math.isnan(a):
+        assert isinstance(b, float) and math.isnan(b), where
+    else:
+        assert type(a) is type(b) and a == b, f"{where}: {a!r} != {b!r}"
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory):
+    """``run(preset("smoke"))`` into an empty cache (the fetched corpus linked in), then again with the
+    computation disabled: the second result can only come from the cache."""
+    run_module = importlib.import_module("layerlab.chapters.residual.run")
+    root = tmp_path_factory.mktemp("cache")
+    (root / "data").symlink_to(cache_dir() / "data", target_is_directory=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERLAB_CACHE", str(root))
+        first = residual.run(residual.preset("smoke"))
+
+        def recompute(*args, **kwargs):
+            raise AssertionError("run() recomputed: the result was not read back from the cache")
+
+        mp.setattr(run_module, "_compute", recompute)
+        second = residual.run(residual.preset("smoke"))
+    assert list(root.glob("residual/*.json")) and list(root.glob("lens/*.safetensors"))
+    return first, second
+
+
+def test_run_is_read_back_from_the_cache(smoke_runs):
+    first, second = smoke_runs
+    _same(first, second)
+    assert isinstance(first, residual.ResidualResult) and isinstance(first.trend, residual.Interval)
+    p = first.provenance
+    assert (p.chapter, p.profile, p.model, p.seed) == ("residual", "smoke", "tiny-llama", 0) and p.tokens and p.source
+
+
+def test_run_tables_and_numbers_agree(smoke_runs):
+    r, _ = smoke_runs
+    n = r.numbers
+    # the glued numbers are the typed fields (what the prose says is what the claims test)
+    assert (n["ppl"], n["ppl_low"], n["ppl_high"]) == (r.ppl.estimate, r.ppl.low, r.ppl.high)
+    assert (n["gap"], n["rho"], n["drop"], n["norm_rho"]) == (r.gap.estimate, r.trend.estimate, r.drop.estimate,
+                                                              r.norm_trend.estimate)
+    assert n["n_layers"] == r.n_layers == 4 and n["ln_vocab"] == pytest.approx(math.log(r.vocab))
+    assert n["recL"] == pytest.approx(n["nll"], abs=0.05)  # the last lens depth is the model (on a sample)
+    # tables survive the cache with their display shape (index names are rebuilt, not stored)
+    t = r.per_doc_table()
+    assert t.index.name == "document" and list(t.columns) == ["NLL (nats/token)", "windows", "perplexity"]
+    assert t["windows"].sum() == n["n_windows"] and n["hardest_doc"] in t.index
+    lt = r.lens_table()
+    assert lt.index.tolist() == ["frozen", "recompute"] and lt.columns.tolist() == list(range(r.n_layers + 1))
+    assert len(r.norm_curve) == r.n_layers + 1 and r.norm_curve["update_ratio"].isna().tolist()[-1]
+    assert r.comparison.loc["perplexity", "random init"] == r.ppl_random.estimate
+
+
+def test_claims_rows_and_verdicts(smoke_runs):
+    r, _ = smoke_runs
+    rows = residual.claims(r)
+    assert [c.id for c in rows] == ["R1", "R2", "R2b", "R3", "R4", "R5", "R6"]
+    assert all(c.verdict in VERDICTS for c in rows)
+    by = {c.id: c for c in rows}
+    assert by["R1"].verdict == "supported" and by["R1"].null == "tolerance 0.0001"  # float32 model, exact lens
+    assert by["R5"].ours == r.gap.estimate and (by["R5"].ci_low, by["R5"].ci_high) == (r.gap.low, r.gap.high)
+    assert len(claim_table(rows)) == 7
+    # verdicts follow the estimates: a broken identity or a CI on the wrong side flips them
+    bad = dataclasses.replace(r, ident_err=1.0, gap=residual.Interval(estimate=-1.0, low=-2.0, high=-0.5),
+                              sanity=residual.Interval(estimate=34.0, low=30.0, high=38.0))
+    by = {c.id: c for c in residual.claims(bad)}
+    assert (by["R1"].verdict, by["R5"].verdict, by["R4"].verdict) == ("contradicted", "contradicted", "supported")
+    # float64 models are held to the tight tolerance
+    f64 = dataclasses.replace(r, model_dtype="float64", ident_err=1e-6)
+    assert {c.id: c for c in residual.claims(f64)}["R1"].verdict == "contradicted"

@@ -1,4 +1,4 @@
-"""Chapter 1, "Reading the residual stream": per-layer logit-lens loss and residual norms by depth.
+"""Chapter 1, "Reading the residual stream": the measurement (per-layer logit-lens loss and residual norms).
 
 For a residual h_k at depth k (k = 0: the embedding output, the input of block 0; k = l + 1: the
 output of block l; k = L: the final residual, before the final norm) and the next token y:
@@ -35,32 +35,7 @@ from layerlab.data.corpora import TokenWindows
 from layerlab.metrics.perplexity import PerplexityResult, summarize
 from layerlab.report.stats import CI, bootstrap_ci, spearman
 
-__all__ = ["PRESETS", "LensPreset", "LensResult", "analyze", "lens_nll"]
-
-
-@dataclass(frozen=True)
-class LensPreset:
-    """Chapter-1 parameters for one profile (select with ``layerlab.core.profiles.select(PRESETS, name)``)."""
-
-    model: str  # layerlab.core.models.load_model name
-    window: int  # token ids per window (see layerlab.data.corpora)
-    eval_tokens: int  # scored held-out tokens for perplexity (trained model)
-    lens_positions: int  # positions per window read through the lens
-    random_tokens: int  # scored tokens for the random-init comparison
-    batch_size: int = 4
-    n_boot: int = 1000
-    device: str = "cpu"
-    sanity_doc: str = "britannica/shakespeare"  # document for the PPL sanity check
-
-
-PRESETS: dict[str, LensPreset] = {
-    "smoke": LensPreset(model="tiny-llama", window=64, eval_tokens=504, lens_positions=8, random_tokens=252,
-                        batch_size=4, n_boot=200),
-    "cpu": LensPreset(model="smollm2-135m", window=1024, eval_tokens=16_368, lens_positions=64,
-                      random_tokens=4_092, batch_size=2, n_boot=1000),
-    "gpu": LensPreset(model="HuggingFaceTB/SmolLM2-135M", window=2048, eval_tokens=1_000_000,
-                      lens_positions=128, random_tokens=65_536, batch_size=16, n_boot=2000, device="cuda"),
-}
+__all__ = ["LensResult", "analyze", "lens_nll", "subset_perplexity"]
 
 
 @torch.no_grad()
@@ -108,7 +83,6 @@ class LensResult:
     position: np.ndarray = field(repr=False)
     model_nll: np.ndarray = field(repr=False)
     max_abs_logit_err: float = 0.0
-    meta: dict = field(default_factory=dict)
 
     @property
     def n_layers(self) -> int:
@@ -154,17 +128,6 @@ class LensResult:
         """NLL at depth 0 minus NLL at depth L (nats), CI over windows: the loss the blocks remove."""
         arr = self.nll_recompute if variant == "recompute" else self.nll_frozen
         return self._ci(arr[0] - arr[-1], n_boot, seed)
-
-    def to_tensors(self) -> dict[str, torch.Tensor]:
-        p = self.perplexity
-        return {
-            "nll_recompute": torch.from_numpy(self.nll_recompute), "nll_frozen": torch.from_numpy(self.nll_frozen),
-            "norm": torch.from_numpy(self.norm), "update_ratio": torch.from_numpy(self.update_ratio),
-            "window_of": torch.from_numpy(self.window_of), "position": torch.from_numpy(self.position),
-            "model_nll": torch.from_numpy(self.model_nll),
-            "max_abs_logit_err": torch.tensor([self.max_abs_logit_err], dtype=torch.float64),
-            "window_nll": torch.from_numpy(p.window_nll), "window_bytes": torch.from_numpy(p.window_bytes),
-        }
 
 
 @torch.no_grad()
@@ -250,7 +213,6 @@ def analyze(model: nn.Module, windows: TokenWindows, *, lens_positions: int = 64
         norm=t["norm"].numpy(), update_ratio=t["update_ratio"].numpy(), window_of=t["window_of"].numpy(),
         position=t["position"].numpy(), model_nll=t["model_nll"].numpy(),
         max_abs_logit_err=float(t["max_abs_logit_err"][0]),
-        meta={**(cache_key or {}), **settings, "windows": windows.protocol},
     )
 
 
