@@ -64,7 +64,7 @@ def test_frozen_lens_is_the_sum_of_member_logits():
 def test_analyze_identities_and_definitions(windows, tmp_path, monkeypatch):
     monkeypatch.setenv("LAYERLAB_CACHE", str(tmp_path))
     model = tiny_model("llama", seed=0)
-    res = lens.analyze(model, windows, lens_positions=5, batch_size=4, n_boot=100,
+    res = lens.analyse(model, windows, lens_positions=5, batch_size=4, n_boot=100,
                        cache_key={"model": "tiny-llama", "seed": 0})
     L = 4
     P = len(windows) * 5
@@ -90,7 +90,7 @@ def test_analyze_identities_and_definitions(windows, tmp_path, monkeypatch):
     assert set(curve["variant"]) == {"recompute", "frozen"} and len(curve) == 2 * (L + 1)
     assert (curve["low"] <= curve["nll"]).all() and (curve["nll"] <= curve["high"]).all()
     # cached: identical arrays on a second call, no recomputation needed
-    again = lens.analyze(model, windows, lens_positions=5, batch_size=4, n_boot=100,
+    again = lens.analyse(model, windows, lens_positions=5, batch_size=4, n_boot=100,
                          cache_key={"model": "tiny-llama", "seed": 0})
     assert np.array_equal(again.nll_frozen, res.nll_frozen)
     assert list(tmp_path.glob("lens/*.safetensors"))
@@ -105,8 +105,8 @@ def test_presets_and_errors(windows):
         residual.preset("laptop")
     model = tiny_model("llama", seed=0)
     with pytest.raises(ValueError, match="lens_positions"):
-        lens.analyze(model, windows, lens_positions=0)
-    res = lens.analyze(model, windows, lens_positions=2, n_boot=50)
+        lens.analyse(model, windows, lens_positions=0)
+    res = lens.analyse(model, windows, lens_positions=2, n_boot=50)
     with pytest.raises(ValueError, match="eval_tokens"):
         lens.subset_perplexity(res, windows, "no/such-doc")
 

@@ -85,7 +85,7 @@ class PerplexityResult:
                    protocol=dict(d.get("protocol", {})))
 
 
-def summarize(window_nll: np.ndarray, window_bytes: np.ndarray, n_scored: int, *, n_boot: int = 1000,
+def summarise(window_nll: np.ndarray, window_bytes: np.ndarray, n_scored: int, *, n_boot: int = 1000,
               seed: int = 0, groups: Any = None, protocol: dict | None = None) -> PerplexityResult:
     """PerplexityResult from per-window NLL sums [N] and byte counts [N] (``n_scored`` tokens per window)."""
     wn, wb = np.asarray(window_nll, dtype=np.float64), np.asarray(window_bytes, dtype=np.float64)
@@ -122,5 +122,5 @@ def evaluate(model: nn.Module, windows: TokenWindows, *, batch_size: int = 8, n_
         key = {**cache_key, "windows": windows.fingerprint(), "dtype": str(next(model.parameters()).dtype)}
         wn = cached_tensors("perplexity", key, compute, sources=(__name__, "layerlab.core.models"))["window_nll"]
     groups = windows.doc_ids if group_by_doc else None
-    return summarize(wn.numpy(), windows.n_bytes.numpy(), windows.n_scored, n_boot=n_boot, seed=seed,
+    return summarise(wn.numpy(), windows.n_bytes.numpy(), windows.n_scored, n_boot=n_boot, seed=seed,
                      groups=groups, protocol={**windows.protocol, "group_by_doc": group_by_doc})

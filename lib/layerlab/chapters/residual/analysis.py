@@ -11,7 +11,7 @@ output of block l; k = L: the final residual, before the final norm) and the nex
   For RMSNorm models without soft-capping the two lenses differ by the scalar s(h_k)/s(h_L) on the
   logits (an exact identity used as the fast path; tested against ``residual.lens_logits``).
 
-:func:`analyze` runs one batched forward over token windows with the residual captured (hooks via
+:func:`analyse` runs one batched forward over token windows with the residual captured (hooks via
 :mod:`layerlab.core.residual`) and returns, in one :class:`LensResult`: the model's perplexity on all
 windows, both lens NLLs at every depth on a seeded sample of positions, the residual-stream L2 norm by
 depth, and the relative size of each block's update. Results are cached (``layerlab.core.cache``).
@@ -32,10 +32,10 @@ from tqdm import tqdm
 from layerlab.core.arch import view
 from layerlab.core.residual import capture, lens_logits
 from layerlab.data.corpora import TokenWindows
-from layerlab.metrics.perplexity import PerplexityResult, summarize
+from layerlab.metrics.perplexity import PerplexityResult, summarise
 from layerlab.report.stats import CI, bootstrap_ci, spearman
 
-__all__ = ["LensResult", "analyze", "lens_nll", "subset_perplexity"]
+__all__ = ["LensResult", "analyse", "lens_nll", "subset_perplexity"]
 
 
 @torch.no_grad()
@@ -179,7 +179,7 @@ def _forward(model: nn.Module, windows: TokenWindows, lens_positions: int, batch
     }
 
 
-def analyze(model: nn.Module, windows: TokenWindows, *, lens_positions: int = 64, batch_size: int = 4,
+def analyse(model: nn.Module, windows: TokenWindows, *, lens_positions: int = 64, batch_size: int = 4,
             seed: int = 0, n_boot: int = 1000, cache_key: dict | None = None,
             progress: bool | None = None) -> LensResult:
     """Perplexity, both logit lenses at every depth, and residual norms, from one pass over ``windows``.
@@ -206,7 +206,7 @@ def analyze(model: nn.Module, windows: TokenWindows, *, lens_positions: int = 64
 
         key = {**cache_key, **settings, "windows": windows.fingerprint()}
         t = cached_tensors("lens", key, compute, sources=(__name__, "layerlab.core.models"))
-    ppl = summarize(t["window_nll"].numpy(), windows.n_bytes.numpy(), windows.n_scored, n_boot=n_boot,
+    ppl = summarise(t["window_nll"].numpy(), windows.n_bytes.numpy(), windows.n_scored, n_boot=n_boot,
                     seed=seed, protocol=windows.protocol)
     return LensResult(
         perplexity=ppl, nll_recompute=t["nll_recompute"].numpy(), nll_frozen=t["nll_frozen"].numpy(),
@@ -223,5 +223,5 @@ def subset_perplexity(result: LensResult, windows: TokenWindows, doc_id: str, *,
     if mask.sum() < 2:
         raise ValueError(f"fewer than 2 windows of {doc_id!r} among the evaluated windows; raise eval_tokens")
     p = result.perplexity
-    return summarize(p.window_nll[mask], p.window_bytes[mask], windows.n_scored, n_boot=n_boot, seed=seed,
+    return summarise(p.window_nll[mask], p.window_bytes[mask], windows.n_scored, n_boot=n_boot, seed=seed,
                      protocol={**windows.protocol, "document": doc_id})

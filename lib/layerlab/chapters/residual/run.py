@@ -1,7 +1,7 @@
 """Chapter 1, "Reading the residual stream": the run, preset -> :class:`ResidualResult`.
 
 One pass over held-out windows for the trained model and one for its random-init twin
-(:func:`layerlab.chapters.residual.analysis.analyze`): held-out perplexity with CIs, the recompute
+(:func:`layerlab.chapters.residual.analysis.analyse`): held-out perplexity with CIs, the recompute
 lens (nostalgebraist 2020) and the frozen lens (Kamigaito et al. 2025, Eq. 1) at every depth, and the
 residual norm and relative block update by depth. The result holds every table, figure input and
 number the notebook shows; it is cached whole (``layerlab.core.cache.cached``) on top of the cached
@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from layerlab.chapters.residual.analysis import LensResult, analyze, subset_perplexity
+from layerlab.chapters.residual.analysis import LensResult, analyse, subset_perplexity
 from layerlab.chapters.residual.presets import ResidualPreset
 from layerlab.core import models
 from layerlab.core.cache import cached
@@ -130,7 +130,7 @@ def _compute(P: ResidualPreset, model: nn.Module, windows: TokenWindows) -> Resi
     }
 
     # perplexity of the trained model, overall, per document and on the sanity-check document
-    res = analyze(model, windows, lens_positions=P.lens_positions, batch_size=P.batch_size, seed=seed,
+    res = analyse(model, windows, lens_positions=P.lens_positions, batch_size=P.batch_size, seed=seed,
                   n_boot=n_boot, cache_key={"model": P.model, "random_init": False})
     ppl = res.perplexity
     sanity = subset_perplexity(res, windows, P.sanity_doc, n_boot=n_boot, seed=seed)
@@ -152,7 +152,7 @@ def _compute(P: ResidualPreset, model: nn.Module, windows: TokenWindows) -> Resi
     rand_windows = windows.subset(rand_idx)
     model_r, _ = models.load_model(P.model, random_init=True, seed=seed + 1, dtype=P.torch_dtype)
     model_r = model_r.to(P.device)
-    res_r = analyze(model_r, rand_windows, lens_positions=P.lens_positions, batch_size=P.batch_size, seed=seed,
+    res_r = analyse(model_r, rand_windows, lens_positions=P.lens_positions, batch_size=P.batch_size, seed=seed,
                     n_boot=n_boot, cache_key={"model": P.model, "random_init": True, "seed": seed + 1})
     trained_sub = res.perplexity.window_nll[rand_idx] / windows.n_scored
     random_sub = res_r.perplexity.window_nll / windows.n_scored
