@@ -1,14 +1,16 @@
-"""Claim table of the growth chapter (Wietrzykowski 2026, claims A11-A13 of spec anatomy.md).
+"""Claim table of the growth chapter (Wietrzykowski 2026, arXiv:2603.19348, findings 5-6: claims
+A11-A13 of spec anatomy.md).
 
-Every verdict is computed from the matched-budget analysis in :mod:`layerlab.chapters.growth.chapter`;
-the thresholds are stated next to each claim [reconstructed].
+Every verdict is computed from the matched-budget tables of a :class:`~layerlab.chapters.growth.run.GrowthResult`
+(:mod:`layerlab.chapters.growth.analysis`); the thresholds are stated next to each claim [reconstructed].
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from layerlab.report.claims import Claim, claim_table, verdict_from_ci
+from layerlab.chapters.growth.run import GrowthResult
+from layerlab.report.claims import Claim, verdict_from_ci
 
 MIN_EFFECT = 0.05
 """Smallest ΔNLL (nats/token) we call a practically relevant improvement [reconstructed]."""
@@ -28,21 +30,17 @@ def _saving_verdict(low: float, high: float, claimed: float) -> str:
     return "inconclusive"
 
 
-def growth_claims(result: dict, seed: int = 0) -> list[Claim]:
-    """The chapter's claims with our estimates and verdicts (``seed``: bootstrap seed)."""
-    from layerlab.chapters.growth.chapter import matched, speedups, step_time_saving
-
-    tok = matched(result, "tokens", seed=seed).set_index("arm")
-    pair = ("uniform", "gtt")
-    flo = matched(result, "flops", arms=pair, seed=seed).set_index("arm")
-    wal = matched(result, "wall", arms=pair, seed=seed).set_index("arm")
-    flo_all = matched(result, "flops", seed=seed).set_index("arm")
-    early = matched(result, "tokens", frac=416 / 656, seed=seed)
-    g_early = early.set_index("arm").loc["gtt"]
+def claims(result: GrowthResult) -> list[Claim]:
+    """The chapter's claims with our estimates and verdicts (CIs as bootstrapped by the run)."""
+    tok = result.at("matched", "tokens")
+    flo = result.at("pair", "flops")
+    wal = result.at("pair", "wall")
+    flo_all = result.at("matched", "flops")
+    g_early = result.early.set_index("arm").loc["gtt"]
     uni_final = tok.loc["uniform"]
-    sp = speedups(result, "flops", seed=seed).set_index("arm").loc["gtt"]
-    st = step_time_saving(result, seed=seed)
-    n_seeds = len(result["preset"]["seeds"])
+    sp = result.at("speedups", "flops").loc["gtt"]
+    st = result.step_time
+    n_seeds = result.numbers["seeds"]
     out = []
     g = tok.loc["gtt"]
     out.append(Claim(
@@ -89,7 +87,3 @@ def growth_claims(result: dict, seed: int = 0) -> list[Claim]:
                 "supported" if a < -MIN_EFFECT else ("contradicted" if a > MIN_EFFECT else "inconclusive"),
                 "difference of the two arms' ΔNLL vs uniform (nats); see the matched table for CIs"))
     return out
-
-
-def growth_claim_table(result: dict, seed: int = 0):
-    return claim_table(growth_claims(result, seed))
