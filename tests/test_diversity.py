@@ -176,3 +176,90 @@ def test_sweep_is_consistent_with_direct_terms():
     assert set(sw.k) == set(range(5)) and (sw.low <= sw.value + 1e-12).all()
     info = da.info_terms(ro, n_boot=20, n_perm=20)
     assert len(info) == 5 and (info.info_low <= info.info_high).all()
+
+
+# --------------------------------------------------------------------------- the chapter (smoke profile)
+def _assert_same(a, b, where="result"):
+    """Deep equality of chapter results (DataFrames compared exactly, dtypes included)."""
+    import dataclasses
+
+    import pandas as pd
+
+    if dataclasses.is_dataclass(a):
+        assert type(a) is type(b), where
+        for f in dataclasses.fields(a):
+            _assert_same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
+    elif isinstance(a, pd.DataFrame):
+        pd.testing.assert_frame_equal(a, b, check_exact=True, obj=where)
+    elif isinstance(a, dict):
+        assert list(a) == list(b), where
+        for k in a:
+            _assert_same(a[k], b[k], f"{where}[{k!r}]")
+    else:
+        assert a == b, where
+
+
+@pytest.fixture(scope="module")
+def smoke_result():
+    from layerlab.chapters import diversity
+
+    return diversity.run(diversity.preset("smoke"))
+
+
+def test_run_is_served_from_the_cache_with_provenance(smoke_result, monkeypatch):
+    import importlib
+
+    from layerlab.chapters import diversity
+    from layerlab.core.fingerprints import module_fingerprint
+
+    run_mod = importlib.import_module("layerlab.chapters.diversity.run")  # the package's `run` is the function
+
+    def recompute(*args, **kwargs):
+        raise AssertionError("the second run recomputed instead of reading the cache")
+
+    monkeypatch.setattr(run_mod, "_compute", recompute)
+    again = diversity.run(diversity.preset("smoke"))
+    _assert_same(smoke_result, again)
+    p = again.provenance
+    assert (p.chapter, p.profile, p.seed, p.device, p.dtype) == ("diversity", "smoke", 0, "cpu", "float32")
+    assert p.source == module_fingerprint("layerlab.chapters.diversity.run") and len(p.tokens) >= 16
+    assert list(again.tasks) == ["sent", "topic"] and again.headline == "sent" and again.family is not None
+
+
+def test_claims_of_the_smoke_result(smoke_result):
+    import dataclasses
+
+    from layerlab.chapters import diversity
+    from layerlab.report.claims import VERDICTS
+
+    rows = diversity.claims(smoke_result)
+    assert [c.id for c in rows] == [f"D{i}" for i in range(1, 12)]
+    assert all(c.verdict in VERDICTS for c in rows)
+    by_id = {c.id: c for c in rows}
+    # the identities hold on the tiny model (fp32 live check and fp64 decompositions)
+    assert by_id["D1"].verdict == by_id["D2"].verdict == "supported" and by_id["D2"].ours < 1e-10
+    assert diversity.verdicts(rows) == {c.id: c.verdict for c in rows}
+    # "ours" follows the headline task; the other task appears in the note
+    t = smoke_result.tasks
+    assert by_id["D3"].ours == t["sent"]["tradeoff"]["corr_bias_div"]
+    other = diversity.claims(dataclasses.replace(smoke_result, headline="topic"))
+    assert {c.id: c.ours for c in other}["D3"] == t["topic"]["tradeoff"]["corr_bias_div"]
+    assert f"sent: {t['sent']['tradeoff']['corr_bias_div']:.2f}" in by_id["D3"].note
+
+
+def test_glued_numbers_cover_the_prose(smoke_result):
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    from layerlab.chapters import diversity
+    from layerlab.report.glue import flatten
+
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "diversity.ipynb", as_version=4)
+    used = {m for c in nb.cells if c.cell_type == "markdown" for m in re.findall(r"\{glue:text\}`(\w+)", c.source)}
+    glued = set(flatten("div", smoke_result.numbers))
+    glued |= set(flatten("div_verdict", diversity.verdicts(diversity.claims(smoke_result))))
+    assert used and used <= glued, sorted(used - glued)
+    acc = smoke_result.accuracy_table()
+    assert list(acc.task) == ["sent", "topic"] and smoke_result.numbers["n_test"] == int(acc.n_test.iloc[0])

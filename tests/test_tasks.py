@@ -96,12 +96,11 @@ def test_definition_task_options_contain_the_answer():
 
 
 def test_gpu_profile_names_the_papers_tasks():
-    from layerlab.chapters.diversity import chapter as ch
-    from layerlab.core.profiles import select
+    from layerlab.chapters import diversity
 
-    gpu = select(ch.PRESETS, "gpu")
-    assert set(gpu.tasks) <= set(tasks.HUB_TASKS) and "Llama-3" in gpu.model
-    for p in ch.PRESETS.values():
+    gpu = diversity.preset("gpu")
+    assert set(gpu.tasks) <= set(tasks.HUB_TASKS) and "Llama-3" in gpu.model and gpu.dtype == "bfloat16"
+    for p in diversity.PRESETS.values():
         assert set(p.tasks) <= set(tasks.TASK_NAMES) | set(tasks.HUB_TASKS)
     with pytest.raises(ValueError, match="unknown profile"):
-        select(ch.PRESETS, "tpu")
+        diversity.preset("tpu")

@@ -17,8 +17,6 @@ from layerlab.metrics import diversity as dv
 from layerlab.metrics import infotheory as it
 from layerlab.report.stats import bootstrap_ci, pearson, spearman
 
-TERMS = ("mse", "bias", "div", "omega", "ce", "member_ce", "kl", "acc")
-
 
 def per_example(readout: dv.MemberReadout, k: int | None = None, target_kind: str = "onehot") -> dict[str, np.ndarray]:
     """Per-example terms [N] after k blocks: MSE, Bias, Div, Omega, CE, mean member CE, mean KL, correct."""

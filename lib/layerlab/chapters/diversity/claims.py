@@ -1,5 +1,6 @@
-"""The diversity chapter's claim table (claims D1-D11 of ``shared/papers/diversity.md`` section 2),
-built from the results of :mod:`layerlab.chapters.diversity.chapter`. Each verdict comes from one explicit rule
+"""The diversity chapter's claim table (Kamigaito et al. 2025, arXiv:2505.24009; claims D1-D11 of
+``shared/papers/diversity.md`` section 2), built from a
+:class:`~layerlab.chapters.diversity.result.DiversityResult`. Each verdict comes from one explicit rule
 on a CI (``layerlab.report.claims`` helpers). No number of the paper is known, so the "paper" column quotes
 the claim's shape only.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from layerlab.chapters.diversity.result import DiversityResult
 from layerlab.report.claims import Claim, verdict_from_ci, verdict_identity
 from layerlab.report.stats import spearman
 
@@ -21,15 +23,14 @@ def _others(results: dict, fn) -> str:
     return "; ".join(f"{name}: {fn(r)}" for name, r in results.items())
 
 
-def build_claims(
-    results: dict[str, dict], headline: str, *, lm: dict | None = None, family: pd.DataFrame | None = None
-) -> list[Claim]:
-    """Claims D1-D11 from per-task results (``run_task``), the T-LM sweep and the depth family.
+def claims(result: DiversityResult) -> list[Claim]:
+    """Claims D1-D11 from the per-task results and the depth family.
 
-    ``headline`` names the task whose numbers fill the "ours" column; every other task's value is in
-    the note, so a reader sees whether the verdict is task-specific.
+    ``result.headline`` names the task whose numbers fill the "ours" column; every other task's value
+    is in the note, so a reader sees whether the verdict is task-specific.
     """
-    h = results[headline]
+    results, family = result.tasks, result.family
+    h = results[result.headline]
     cl: list[Claim] = []
     err = max(r["identity_error"] for r in results.values())
     cl.append(
@@ -242,3 +243,8 @@ def build_claims(
 def _corr_note(r: dict) -> str:
     c = r["correlations"].set_index("term")
     return ", ".join(f"{t} {c.loc[t, 'spearman']:.2f}" for t in ("mse", "bias", "div") if t in c.index)
+
+
+def verdicts(rows: list[Claim]) -> dict[str, str]:
+    """``{claim id: verdict}``, for ``glue_values("div_verdict", ...)``."""
+    return {c.id: c.verdict for c in rows}

@@ -1,0 +1,134 @@
+"""The diversity chapter's result (Kamigaito et al. 2025, arXiv:2505.24009; Figs. 3-6, Sec. 5.4 and the
+spec's T-LM and depth-family extensions): what :func:`layerlab.chapters.diversity.run.run` returns, with
+the tables and glued numbers the notebook shows, assembled from the per-task results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from layerlab.core.protocol import Provenance
+
+ABLATION_TERMS = ["mse", "bias", "div", "omega", "ce", "kl", "acc"]
+TRADE_COLUMNS = ["corr_bias_omega", "corr_div_omega", "corr_bias_div", "partial_bias_div_given_omega",
+                 "bias_floor_onehot", "bias_floor_centred", "member_ce_floor"]
+CORR_COLUMNS = ["task", "term", "spearman", "spearman_low", "spearman_high", "partial_k", "perm_p", "n_depths"]
+
+
+@dataclass(kw_only=True)
+class DiversityResult:
+    """Everything the diversity chapter shows.
+
+    tasks: per task (in preset order) the dict of :func:`layerlab.chapters.diversity.run.run_task`;
+    headline: the task whose numbers fill the claim table's "ours" column (the preset's first task);
+    lm: the T-LM sweep (:func:`~layerlab.chapters.diversity.run.run_lm`); random_init: the random-init
+    null (:func:`~layerlab.chapters.diversity.run.run_random_init`); family: the depth family's rows
+    (:func:`~layerlab.chapters.diversity.run.run_family`), None when there is none.
+    """
+
+    tasks: dict[str, dict]
+    headline: str
+    lm: dict
+    random_init: dict
+    family: pd.DataFrame | None
+    provenance: Provenance
+
+    # ------------------------------------------------------------------ tables
+    def accuracy_table(self) -> pd.DataFrame:
+        """Prompt and linear-head accuracy per task with CIs, and the readout the analysis uses."""
+        rows = []
+        for n, r in self.tasks.items():
+            a = r["accuracy"]
+            rows.append({"task": n, "classes": ", ".join(r["classes"]), "n_test": r["n_test"], "chance": r["chance"],
+                         "prompt acc": a["prompt"]["acc"],
+                         "prompt 95% CI": f"[{a['prompt']['acc_low']:.2f}, {a['prompt']['acc_high']:.2f}]",
+                         "head acc": a["head"]["acc"],
+                         "head 95% CI": f"[{a['head']['acc_low']:.2f}, {a['head']['acc_high']:.2f}]",
+                         "analysed readout": r["primary"]})
+        return pd.DataFrame(rows)
+
+    @property
+    def example_prompt(self) -> str:
+        """The first test prompt of the first task."""
+        return self.tasks[self.headline]["example_prompt"]
+
+    def identity_table(self) -> pd.DataFrame:
+        """Relative errors of Eq. 1 (live, run dtype) and of the two exact decompositions (fp64)."""
+        return pd.DataFrame([{"task": n, "members vs logits (rel., fp32)": r["identity_error"],
+                              "MSE = Bias - Div (rel.)": r["identity_mse"]["mse"],
+                              "CE = member CE - KL (rel.)": r["identity_mse"]["ce"]} for n, r in self.tasks.items()])
+
+    def best_table(self) -> pd.DataFrame:
+        """Full depth vs the best truncation depth per task (D10)."""
+        return pd.DataFrame([{"task": n, **r["best_vs_final"]} for n, r in self.tasks.items()])
+
+    def correlations(self) -> pd.DataFrame:
+        """Every task's term-accuracy correlations over truncation depths (Fig. 3), stacked."""
+        return pd.concat([r["correlations"].assign(task=n) for n, r in self.tasks.items()])
+
+    def correlation_table(self) -> pd.DataFrame:
+        return self.correlations()[CORR_COLUMNS]
+
+    def gains_table(self) -> pd.DataFrame:
+        """Diminishing-returns check and Theorem 7's premise per task."""
+        return pd.DataFrame([{"task": n, **r["gains"], **r["premise"]} for n, r in self.tasks.items()])
+
+    def tradeoff_table(self) -> pd.DataFrame:
+        """Sec. 5.4 correlations and bias floors per task (index: task)."""
+        return pd.DataFrame([{"task": n, **r["tradeoff"]} for n, r in self.tasks.items()]).set_index("task")[
+            TRADE_COLUMNS]
+
+    def shuffle_table(self) -> pd.DataFrame:
+        """Member-shuffle null per task (index: task)."""
+        return pd.DataFrame([{"task": n, **r["shuffle"]} for n, r in self.tasks.items()]).set_index("task")
+
+    def random_init_table(self) -> pd.DataFrame:
+        """Trained vs random-init model on the first task: head accuracy, Div and shuffled Div."""
+        null, name = self.random_init, self.random_init["task"]
+        trained = self.tasks[name]
+        return pd.DataFrame([
+            {"model": "trained", "task": name, **trained["accuracy"]["head"],
+             "div": trained["shuffle"]["div_real"], "div (shuffled)": trained["shuffle"]["div_null_mean"]},
+            {"model": "random init", "task": name, **null["accuracy"], "div": null["shuffle"]["div_real"],
+             "div (shuffled)": null["shuffle"]["div_null_mean"]}])
+
+    def lm_final(self) -> pd.DataFrame:
+        """T-LM terms at full depth (index: term; value with its cluster-bootstrap CI)."""
+        s = self.lm["sweep"]
+        return s[s.k == s.k.max()].set_index("term")[["value", "low", "high"]]
+
+    def family_table(self, digits: int = 3) -> pd.DataFrame | None:
+        """The depth family's rows rounded to ``digits``, or None when the run has no family."""
+        return None if self.family is None else self.family.round(digits)
+
+    def ablation_table(self) -> pd.DataFrame:
+        """Full-depth terms under module-level members, layer-level members and the centred target."""
+        rows = []
+        for n, r in self.tasks.items():
+            variants = (("module, one-hot", r["sweep"]), ("layer, one-hot", r["sweep_layer"]),
+                        ("module, centred", r["sweep_centred"]))
+            for variant, sw in variants:
+                last = sw[sw.k == sw.k.max()].set_index("term")["value"]
+                rows.append({"task": n, "variant": variant, "M": int(sw.M.max()), **last[ABLATION_TERMS].to_dict()})
+        return pd.DataFrame(rows)
+
+    # ------------------------------------------------------------------ numbers in the prose
+    @property
+    def numbers(self) -> dict[str, Any]:
+        """The numbers the prose glues, nested for ``glue_values("div", ...)`` (``div_acc_prompt_sent``, ...)."""
+        t = self.tasks
+        lm = self.lm_final()
+        return {
+            "acc": {"prompt": {n: round(r["accuracy"]["prompt"]["acc"], 3) for n, r in t.items()},
+                    "head": {n: round(r["accuracy"]["head"]["acc"], 3) for n, r in t.items()}},
+            "n_test": int(next(iter(t.values()))["n_test"]),
+            "acc_summary": "; ".join(f"{n} {r['accuracy']['prompt']['acc']:.2f} / {r['accuracy']['head']['acc']:.2f}"
+                                     for n, r in t.items()),
+            "identity_err": f"{max(r['identity_error'] for r in t.values()):.1e}",
+            "bestk": {n: int(r["best_vs_final"]["best_k"]) for n, r in t.items()},
+            "random_acc": round(self.random_init["accuracy"]["acc"], 3),
+            "lm": {"ce": round(float(lm.loc["ce", "value"]), 3), "positions": self.lm["n_positions"]},
+        }
