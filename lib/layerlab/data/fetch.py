@@ -190,6 +190,20 @@ def ensure_data(*, force: bool = False, optional: bool = True, verbose: bool = F
     return root
 
 
+def data_fingerprint() -> str:
+    """Fingerprint of the fetched data's content (the sha256 of every file in the manifest). Cache keys
+    of results computed from the corpora or tasks include it, so re-fetched data with other content is
+    never served results computed on the old data."""
+    from layerlab.core.cache import fingerprint
+
+    path = data_root() / "manifest.json"
+    if not path.exists():
+        raise MissingDataError(f"no data manifest at {path}; run the set-up first: {SETUP_COMMAND}")
+    files = _read_json(path).get("files", {})
+    return fingerprint({name: (info.get("sha256") if isinstance(info, dict) else info)
+                        for name, info in sorted(files.items())})
+
+
 def load_catalog() -> list[dict]:
     """The text documents fetched so far (dicts with id, source, title, group, path[, split])."""
     path = data_root() / "catalog.json"

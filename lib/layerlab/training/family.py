@@ -32,6 +32,7 @@ import torch
 
 from layerlab.core import profiles
 from layerlab.core.cache import cached_tensors, entry_dir, fingerprint, mark_complete, write_json
+from layerlab.data.fetch import data_fingerprint
 from layerlab.training.train import (
     ModelSpec,
     TrainConfig,
@@ -229,7 +230,8 @@ def get_family(profile: str, *, progress: bool = False, train_missing: bool = Tr
     """
     preset = profiles.select(PRESETS, profile)
     tok = family_tokenizer(profile)
-    root = entry_dir("family", profile, {"preset": asdict(preset), "vocab": tok.get_vocab()})
+    root = entry_dir("family", profile,
+                     {"preset": asdict(preset), "vocab": tok.get_vocab(), "data": data_fingerprint()})
     missing = [ms for ms in preset.members if not (root / ms.name / "result.json").exists()]
     if missing and not train_missing:
         raise FileNotFoundError(

@@ -22,6 +22,7 @@ from layerlab.chapters.diversity.result import DiversityResult
 from layerlab.core.cache import cached, cached_tensors, fingerprint
 from layerlab.core.protocol import provenance
 from layerlab.data import tasks as tk
+from layerlab.data.fetch import data_fingerprint
 from layerlab.metrics import members as dm
 from layerlab.report.stats import bootstrap_ci
 
@@ -230,5 +231,5 @@ def run(preset: DiversityPreset, *, train_family: bool = True) -> DiversityResul
     already trained; that result depends on the family's state, so it is not cached as a whole."""
     if not train_family:
         return _compute(preset, train_family)
-    key = {"preset": dataclasses.asdict(preset)}
+    key = {"preset": dataclasses.asdict(preset), "data": data_fingerprint()}  # code: the source key
     return cached("diversity-result", key, lambda: _compute(preset, train_family), sources=_SOURCES)

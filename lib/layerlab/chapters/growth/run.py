@@ -33,6 +33,7 @@ from layerlab.chapters.growth.presets import ANALYSIS_FIELDS, ARMS, GrowthPreset
 from layerlab.core.cache import cached, cached_json
 from layerlab.core.fingerprints import fingerprint
 from layerlab.core.protocol import Provenance, provenance
+from layerlab.data.fetch import data_fingerprint
 from layerlab.training import growth
 
 EARLY_FRAC = 416 / 656
@@ -82,7 +83,8 @@ def run_arm(preset: GrowthPreset, arm: str, seed: int, lr: float, importance=Non
             threads: int | None = None) -> dict:
     """Train one arm x seed (cached): per-eval tokens, FLOPs, wall-clock and per-window val NLL."""
     sched = make_schedule(arm, preset, lr, importance)
-    key = {"preset": _train_key(preset), "arm": arm, "seed": seed, "lr": lr, "schedule": dataclasses.asdict(sched)}
+    key = {"preset": _train_key(preset), "data": data_fingerprint(), "arm": arm, "seed": seed, "lr": lr,
+           "schedule": dataclasses.asdict(sched)}
 
     def compute() -> dict:
         from layerlab.training.train import TrainConfig, build_model, train
@@ -122,7 +124,7 @@ def _run_many(preset: GrowthPreset, jobs: list[tuple], workers: int) -> list[dic
 def importance_profile(preset: GrowthPreset, lr: float, seed: int = 0) -> dict:
     """Per-layer ΔNLL (nats, ablated − clean, mean over validation windows) of the uniform model
     trained with ``lr`` and ``seed``, under the preset's ablation operator (cached)."""
-    key = {"preset": _train_key(preset), "lr": lr, "seed": seed}
+    key = {"preset": _train_key(preset), "data": data_fingerprint(), "lr": lr, "seed": seed}
 
     def compute() -> dict:
         from layerlab.metrics import ablation
@@ -263,4 +265,5 @@ def _compute(preset: GrowthPreset) -> GrowthResult:
 
 def run(preset: GrowthPreset) -> GrowthResult:
     """The growth chapter for ``preset`` (cached as a whole; the training runs are cached one by one)."""
-    return cached("growth-result", dataclasses.asdict(preset), lambda: _compute(preset))
+    return cached("growth-result", {"preset": dataclasses.asdict(preset), "data": data_fingerprint()},
+                  lambda: _compute(preset))
