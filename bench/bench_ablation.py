@@ -17,7 +17,7 @@ rounds, same threads). A skipped block is still computed (its writers are zeroed
     cached = (L·block + unembed) + Σ_l ((L−l)·block + unembed)
 
     python bench/bench_ablation.py                    # SmolLM2-135M (offline), 2 windows of 256 tokens
-    python bench/bench_ablation.py --quick            # 1 window of 128 tokens, 2 rounds
+    python bench/bench_ablation.py --quick            # 1 window of 64 tokens, 2 rounds
     python bench/bench_ablation.py --model tiny-llama --windows 8 --window 64
 """
 
@@ -59,7 +59,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     n_win = args.windows or (1 if args.quick else 2)
-    win = args.window or (128 if args.quick else 256)
+    win = args.window or (64 if args.quick else 256)
     rounds = args.rounds or (2 if args.quick else 3)
 
     model, _ = load_model(args.model)
