@@ -1,61 +1,65 @@
 """Core benchmarks, measured side by side in one run (prints ratios; asserts nothing).
 
-1. Forward with hook capture (all residual points) vs plain forward, SmolLM2-135M, 8×256 tokens.
-   Goal: ratio ≤ 1.05.
-2. Cached safetensors load vs GGUF dequantise-and-convert load.
-3. The machine's fp32 GEMM rate next to the forward pass's achieved FLOP rate.
+1. Forward with hook capture (all residual points) vs plain forward, SmolLM2-135M: interleaved rounds
+   (plain, capture, GEMM probes, plain, capture, ...) after a warm-up; the overhead is the median of the
+   per-round ratios capture/plain, with its spread. Goal: <= 1.05.
+2. The plain forward's achieved FLOP rate against the machine's fp32 GEMM peak, measured in the same
+   rounds at the same thread count (large GEMMs and the forward's own shapes; see ``_timing.GemmPeak``).
+3. Cached safetensors load vs GGUF dequantise-and-convert load (skipped with ``--quick``).
 
-Run: ``python bench/bench_core.py`` (or ``make bench``).
+Run: ``python bench/bench_core.py [--quick]`` (or ``make bench``).
 """
 
 from __future__ import annotations
 
-import statistics
+import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
 
-import torch
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from layerlab.core import arch, models, residual
+import _timing as tm  # noqa: E402
+import torch  # noqa: E402
 
-
-def _time(fn, repeats: int = 5, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from layerlab.core import arch, models, residual  # noqa: E402
 
 
 def forward_flops(model, B: int, T: int) -> float:
-    """Matmul FLOPs of one forward: 2·(non-embedding matmul params)·tokens + unembedding + attention."""
+    """Matmul FLOPs of one causal forward over B×T tokens (2 per multiply-add):
+
+        B·T · (L · [2·Σ_W d_in·d_out + 2·2·n_heads·head_dim·(T+1)/2] + 2·d_model·vocab)
+
+    i.e. the seven block matrices, QK^T and AV over the mean causal context, and the unembedding of every
+    position (SmolLM2-135M: 269 MFLOP/token at T=256)."""
     v = arch.view(model)
-    cfg = model.config
-    block = sum(p.numel() for n, p in v.blocks[0].block.named_parameters() if p.ndim == 2)
-    d_attn = cfg.num_attention_heads * getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
-    attn = 2 * 2 * T * d_attn  # QK^T and AV per token per layer (full, not causal-halved)
-    return B * T * (v.n_layers * (2 * block + attn) + 2 * v.d_model * v.vocab_size)
+    block, unembed, _ = tm.block_matmul_flops(model, (T + 1) / 2)
+    return B * T * (v.n_layers * block + unembed)
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2x128 tokens, 4 rounds, no GGUF conversion")
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--seq", type=int)
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--threads", type=int, help="torch threads (default: torch's; 1 on a crowded machine)")
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    B = a.batch or (2 if a.quick else 4)
+    T = a.seq or (128 if a.quick else 256)
+    rounds = a.rounds or (4 if a.quick else 7)
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+    tm.info(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {os.cpu_count()} CPUs; "
+            f"forward {B}x{T} tokens, {rounds} interleaved rounds after 1 warm-up")
     models.load_model("smollm2-135m")  # first call: imports (and converts if the cache is cold)
     t0 = time.perf_counter()
-    model, tok = models.load_model("smollm2-135m")
+    model, _ = models.load_model("smollm2-135m")
     cached = time.perf_counter() - t0
-    with tempfile.TemporaryDirectory() as d:
-        t0 = time.perf_counter()
-        models.convert_gguf(models.smollm2_gguf_path(), Path(d) / "m")
-        gguf = time.perf_counter() - t0
-    print(f"[load]    cached safetensors {cached:.2f} s | GGUF convert {gguf:.1f} s | speed-up {gguf / cached:.0f}x")
 
-    B, T = 8, 256
-    ids = torch.randint(0, 49152, (B, T), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, arch.view(model).vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
 
     @torch.no_grad()
     def plain():
@@ -66,25 +70,24 @@ def main() -> None:
         with residual.capture(model):
             model(input_ids=ids, use_cache=False)
 
-    ts_plain, ts_hook = [], []
-    plain(), hooked()
-    for _ in range(5):  # interleave to cancel drift on a shared machine
-        t = time.perf_counter()
-        plain()
-        ts_plain.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        hooked()
-        ts_hook.append(time.perf_counter() - t)
-    p, h = statistics.median(ts_plain), statistics.median(ts_hook)
-    print(f"[hooks]   plain {p:.2f} s | capture(all points) {h:.2f} s | ratio {h / p:.3f} (goal <= 1.05)")
-
-    n = 1024
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    g = _time(lambda: a @ b, repeats=10)
-    gemm = 2 * n**3 / g / 1e9
+    peak = tm.gemm_peak(tm.own_shapes(model, B * T))
+    ts = tm.interleaved({"plain": plain, "capture": hooked, "gemm": peak}, rounds=rounds, warmup=1)
+    med, lo, hi = tm.pair_ratio(ts["capture"], ts["plain"])
+    tm.info(f"plain forward {tm.spread(ts['plain'])}; capture {tm.spread(ts['capture'])}")
+    tm.info(peak.describe())
+    tm.result("capture-hook overhead (capture/plain, median of per-round ratios)",
+              f"{med:.3f} (spread {lo:.3f}..{hi:.3f}, {rounds} rounds)", "<= 1.05", med <= 1.05)
     fl = forward_flops(model, B, T)
-    print(f"[flops]   fp32 GEMM {n}^3: {gemm:.1f} GFLOP/s | forward {fl / 1e12:.2f} TFLOP in {p:.2f} s = "
-          f"{fl / p / 1e9:.1f} GFLOP/s ({fl / p / 1e9 / gemm:.0%} of GEMM)")
+    tm.info(f"forward {fl / 1e12:.3f} TFLOP (matmuls), best plain time {min(ts['plain']):.3f} s")
+    tm.achieved_vs_peak("forward", fl, min(ts["plain"]), peak)
+
+    if not a.quick:
+        with tempfile.TemporaryDirectory() as d:
+            t0 = time.perf_counter()
+            models.convert_gguf(models.smollm2_gguf_path(), Path(d) / "m")
+            gguf = time.perf_counter() - t0
+        tm.result("cached load speed-up (GGUF convert / cached safetensors)",
+                  f"{gguf / cached:.0f}x ({gguf:.1f} s / {cached:.2f} s)", "> 1x", gguf > cached)
 
 
 if __name__ == "__main__":

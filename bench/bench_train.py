@@ -14,6 +14,7 @@ import argparse
 import statistics
 import time
 
+import _timing as tm
 import torch
 import torch.nn.functional as F
 
@@ -28,8 +29,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--quick", action="store_true", help="6 steps")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
+    if a.quick:
+        a.steps = 6
     torch.set_num_threads(a.threads)
     spec = ModelSpec(depth=a.depth, width=a.width, vocab_size=2048, seq_len=a.seq)
     L = a.depth
@@ -59,14 +63,16 @@ def main() -> None:
     base = statistics.median(times["all trainable"])
     f_all = flops_per_token(models["all trainable"].config, a.seq, range(L), range(L), True, True)
     n_tok = a.batch * a.seq
-    print(f"model depth {L} width {a.width} vocab 2048, batch {a.batch}x{a.seq}, {a.threads} thread(s), "
-          f"median of {a.steps} interleaved steps")
-    print(f"{'variant':28s} {'ms/step':>9s} {'tokens/s':>10s} {'measured saving':>16s} {'FLOP-ledger saving':>19s}")
+    tm.info(f"model depth {L} width {a.width} vocab 2048, batch {a.batch}x{a.seq}, {a.threads} thread(s), "
+            f"median of {a.steps} interleaved steps")
     for k, ph in variants.items():
         med = statistics.median(times[k])
         f = flops_per_token(models[k].config, a.seq, range(L), ph.layers, ph.trains_embed(), ph.head)
         counted = 1 - sum(f.values()) / sum(f_all.values())
-        print(f"{k:28s} {med * 1e3:9.1f} {n_tok / med:10.0f} {1 - med / base:16.1%} {counted:19.1%}")
+        tm.info(f"{k}: {med * 1e3:.1f} ms/step, {n_tok / med:.0f} tokens/s")
+        if k != "all trainable":
+            tm.result(f"step-time saving, {k}", f"{1 - med / base:.1%}", f"> 0 (FLOP ledger {counted:.1%})",
+                      med < base)
 
 
 if __name__ == "__main__":

@@ -4,13 +4,12 @@
    example (``batch_size=1``), on a tiny random Llama and prompts of mixed length.
 2. Bootstrap of I(S_k;Y): the vectorised contingency-table bootstrap vs a loop over replicates.
 
-    python bench/diversity.py
+    python bench/bench_diversity.py
 """
 
 from __future__ import annotations
 
-import time
-
+import _timing as tm
 import numpy as np
 import torch
 
@@ -19,32 +18,27 @@ from layerlab.metrics import infotheory as it
 from layerlab.metrics import members as dm
 
 
-def _time(fn, repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def main() -> None:
     torch.set_num_threads(1)
     model = tiny_model("llama", dtype=torch.float32)
     g = torch.Generator().manual_seed(0)
     seqs = [torch.randint(0, 259, (int(n),), generator=g) for n in torch.randint(40, 80, (64,), generator=g)]
     labels = [0] * len(seqs)
-    t1 = _time(lambda: dm.collect(model, seqs, labels, batch_size=1))
-    t8 = _time(lambda: dm.collect(model, seqs, labels, batch_size=8))
-    print(f"collect, 64 prompts: batch 1 {t1:.3f}s, batch 8 {t8:.3f}s, speed-up x{t1 / t8:.2f}")
+    ts = tm.interleaved({"b1": lambda: dm.collect(model, seqs, labels, batch_size=1),
+                         "b8": lambda: dm.collect(model, seqs, labels, batch_size=8)}, rounds=3)
+    med, lo, hi = tm.pair_ratio(ts["b1"], ts["b8"])
+    tm.info(f"collect, 64 prompts: batch 1 {tm.spread(ts['b1'])}; batch 8 {tm.spread(ts['b8'])}")
+    tm.result("collect speed-up batch 8 / batch 1", f"{med:.2f}x (spread {lo:.2f}..{hi:.2f})", "> 1x", med > 1)
 
     rng = np.random.default_rng(0)
     y = rng.integers(0, 4, 500)
     s = np.where(rng.random(500) < 0.6, y, rng.integers(0, 4, 500))
     idx = rng.integers(0, 500, (300, 500))
-    loop = _time(lambda: [it.mutual_info(s[i], y[i], miller_madow=True) for i in idx], repeat=1)
-    vec = _time(lambda: it.bootstrap_mi(s, y, n_boot=300, seed=0))
-    print(f"bootstrap I(S;Y), 300 replicates: loop {loop:.3f}s, vectorised {vec:.3f}s, speed-up x{loop / vec:.1f}")
+    ts = tm.interleaved({"loop": lambda: [it.mutual_info(s[i], y[i], miller_madow=True) for i in idx],
+                         "vec": lambda: it.bootstrap_mi(s, y, n_boot=300, seed=0)}, rounds=3)
+    med, lo, hi = tm.pair_ratio(ts["loop"], ts["vec"])
+    tm.info(f"bootstrap I(S;Y), 300 replicates: loop {tm.spread(ts['loop'])}; vectorised {tm.spread(ts['vec'])}")
+    tm.result("bootstrap speed-up vectorised / loop", f"{med:.1f}x (spread {lo:.1f}..{hi:.1f})", "> 1x", med > 1)
 
 
 if __name__ == "__main__":
