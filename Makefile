@@ -10,6 +10,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.layerlab-installed
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 # Quiet, offline builds: the smoke and cpu profiles never contact the hub; the gpu profile loads
 # the papers' models from it, so it is left online unless HF_HUB_OFFLINE is set explicitly.
@@ -55,7 +56,7 @@ book: data
 	@echo "book: open _build/html/index.html"
 
 bench: $(STAMP)
-	@set -e; for f in bench/*.py; do echo "== $$f"; $(PY) $$f; done
+	@set -e; for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f $(BENCH_ARGS); done
 
 strip: $(STAMP)
 	$(PY) scripts/strip_notebooks.py
