@@ -13,7 +13,8 @@ from layerlab.core import cache
 from layerlab.core.fingerprints import LIB_DIR, SourceError, layerlab_imports, module_closure, module_fingerprint
 
 FLOORS = {"core": 0, "data": 1, "report": 2, "metrics": 3, "training": 4, "chapters": 5}
-TOP_LEVEL = {"layerlab", "layerlab.cli", "layerlab.__main__"}  # may import anything; nothing imports them
+# may import anything; nothing but the command line imports them
+TOP_LEVEL = {"layerlab", "layerlab.cli", "layerlab.__main__", "layerlab.doctor"}
 # Which paper each metric module belongs to: modules of one paper never import another paper's.
 PAPER = {
     "ablation": "anatomy", "manipulation": "anatomy", "predictability": "anatomy", "recovery": "anatomy",

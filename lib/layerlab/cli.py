@@ -4,6 +4,7 @@
     python -m layerlab family [PROFILE]           train (or load) the shared model family
     python -m layerlab cache info                 what the cache holds, by kind, and what is stale
     python -m layerlab cache prune [--dry-run]    delete entries no current source fingerprint reaches
+    python -m layerlab doctor [--profile gpu]     can this machine run a profile? (device, disk, hub, sizes)
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
 
         family_main(rest)
         return 0
+    if cmd == "doctor":
+        from layerlab.doctor import main as doctor_main
+
+        return doctor_main(rest)
     if cmd == "cache":
         sub = rest[0] if rest else ""
         if sub == "info":
@@ -81,5 +86,5 @@ def main(argv: list[str] | None = None) -> int:
             return cache_prune(rest[1:])
         print(f"unknown cache command {sub!r}: use `cache info` or `cache prune`\n{usage}", file=sys.stderr)
         return 2
-    print(f"unknown command {cmd!r}: choose one of fetch, family, cache\n{usage}", file=sys.stderr)
+    print(f"unknown command {cmd!r}: choose one of fetch, family, cache, doctor\n{usage}", file=sys.stderr)
     return 2

@@ -1,10 +1,18 @@
 """One uniform view of a decoder-only model: the only module that knows module paths.
 
-``view(model)`` maps the Llama/SmolLM2, Qwen2, Gemma 2/3, GPT-2 and GPT-NeoX families onto the
-same anatomy: token embedding, a list of blocks (each with its attention and MLP submodules and
-the modules whose outputs are written into the residual stream), the final norm and the
+``view(model)`` maps the Llama/SmolLM2 (and Mistral), Qwen2, Gemma 1/2/3, OLMo, Phi, Falcon,
+GPT-2 and GPT-NeoX families onto the same anatomy: token embedding, a list of blocks (each with
+its attention and MLP submodules and the modules whose outputs are written into the residual
+stream), the final norm and the
 unembedding. Everything else in layerlab (hooks, ablations, Jacobians, weight statistics) goes
 through this view, so supporting a new family means adding one entry here.
+
+Module paths follow the Hugging Face ``transformers`` implementations (``modeling_<type>.py``):
+OLMo (Groeneveld et al. 2024) uses weightless LayerNorms; Phi-1/1.5/2 (Gunasekar et al. 2023,
+Li et al. 2023) and Falcon (Almazrouei et al. 2023; ``parallel_attn`` / ``new_decoder_architecture``)
+write attention and MLP in parallel from the same block input. Falcon adds the attention output
+*in place* into the MLP writer's output tensor, so :mod:`layerlab.core.residual` clones writes of
+blocks with ``inplace_writes`` before the block modifies them.
 """
 
 from __future__ import annotations
@@ -24,9 +32,15 @@ _BACKBONES = {
     "gemma3": ("model", "layers", "embed_tokens", "norm"),
     "gpt2": ("transformer", "h", "wte", "ln_f"),
     "neox": ("gpt_neox", "layers", "embed_in", "final_layer_norm"),
+    "gemma": ("model", "layers", "embed_tokens", "norm"),
+    "olmo": ("model", "layers", "embed_tokens", "norm"),
+    "phi": ("model", "layers", "embed_tokens", "final_layernorm"),
+    "falcon": ("transformer", "h", "word_embeddings", "ln_f"),
 }
 _MODEL_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "gemma2": "gemma2",
-                "gemma3_text": "gemma3", "gemma3": "gemma3", "gpt2": "gpt2", "gpt_neox": "neox"}
+                "gemma3_text": "gemma3", "gemma3": "gemma3", "gpt2": "gpt2", "gpt_neox": "neox",
+                "gemma": "gemma", "olmo": "olmo", "phi": "phi", "falcon": "falcon"}
+GEMMA_NORMS = ("gemma", "gemma2", "gemma3")  # RMSNorm scale is (1 + w)
 
 # component name -> attribute path inside a block, per family (HF [out, in] weights)
 _LLAMA_WEIGHTS = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
@@ -44,6 +58,14 @@ _WEIGHTS = {
     "neox": {"qkv": "attention.query_key_value", "o": "attention.dense", "up": "mlp.dense_h_to_4h",
              "down": "mlp.dense_4h_to_h", "input_norm": "input_layernorm",
              "post_attn_norm": "post_attention_layernorm"},
+    "gemma": _LLAMA_WEIGHTS,
+    "olmo": _LLAMA_WEIGHTS,  # its LayerNorms have no weights: weights() lists only what exists
+    "phi": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.dense",
+            "up": "mlp.fc1", "down": "mlp.fc2", "input_norm": "input_layernorm"},
+    # Falcon: one input norm (7B, 11B), two parallel norms (40B-style) or sequential norms
+    "falcon": {"qkv": "self_attention.query_key_value", "o": "self_attention.dense", "up": "mlp.dense_h_to_4h",
+               "down": "mlp.dense_4h_to_h", "input_norm": "input_layernorm", "attn_norm": "ln_attn",
+               "mlp_norm": "ln_mlp", "post_attn_norm": "post_attention_layernorm"},
 }
 # (attention module, MLP module, attention writer, MLP writer)
 _PARTS = {
@@ -53,7 +75,28 @@ _PARTS = {
     "gemma3": ("self_attn", "mlp", "post_attention_layernorm", "post_feedforward_layernorm"),
     "gpt2": ("attn", "mlp", "attn.c_proj", "mlp.c_proj"),
     "neox": ("attention", "mlp", "attention.dense", "mlp.dense_4h_to_h"),
+    "gemma": ("self_attn", "mlp", "self_attn.o_proj", "mlp.down_proj"),
+    "olmo": ("self_attn", "mlp", "self_attn.o_proj", "mlp.down_proj"),
+    "phi": ("self_attn", "mlp", "self_attn.dense", "mlp.fc2"),
+    "falcon": ("self_attention", "mlp", "self_attention.dense", "mlp.dense_4h_to_h"),
 }
+
+
+def _parallel(family: str, config) -> bool:
+    """Do attention and MLP both read the block input (GPT-J style parallel residual)?"""
+    if family == "neox":
+        return bool(getattr(config, "use_parallel_residual", False))
+    if family == "falcon":
+        return bool(getattr(config, "parallel_attn", False) or getattr(config, "new_decoder_architecture", False))
+    return family == "phi"
+
+
+def _has(module: nn.Module, path: str) -> bool:
+    for part in path.split("."):
+        module = getattr(module, part, None)
+        if module is None:
+            return False
+    return isinstance(getattr(module, "weight", None), torch.Tensor)
 
 
 def _get(module: nn.Module, path: str) -> nn.Module:
@@ -94,11 +137,14 @@ class BlockView:
     mlp_writer: nn.Module  # output = the MLP's write into the residual stream
     parallel: bool
     family: str = field(repr=False)
+    inplace_writes: bool = False  # the block adds into a writer's output tensor in place (Falcon)
 
     def weights(self) -> dict[str, nn.Parameter]:
         """Component → weight tensor. Linear weights in HF [out, in] convention, except GPT-2's
-        Conv1D, whose weights are stored [in, out] (transpose before comparing families)."""
-        return {name: _get(self.block, path).weight for name, path in _WEIGHTS[self.family].items()}
+        Conv1D, whose weights are stored [in, out] (transpose before comparing families).
+        Components the block lacks (OLMo's weightless norms, Falcon's variant norms) are omitted."""
+        return {name: _get(self.block, path).weight for name, path in _WEIGHTS[self.family].items()
+                if _has(self.block, path)}
 
     def residual_writers(self) -> dict[str, nn.Module]:
         """The output projections o_proj / down_proj (or their families' equivalents)."""
@@ -141,8 +187,11 @@ class ModelView:
         n = self.final_norm
         if isinstance(n, nn.LayerNorm):
             return NormParams("layer", n.weight, n.bias, float(n.eps))
+        if type(n).__name__ == "OlmoLayerNorm":  # F.layer_norm without affine parameters, eps 1e-5
+            w = self.embed.weight
+            return NormParams("layer", torch.ones(w.shape[1], dtype=w.dtype, device=w.device), None, 1e-5)
         eps = float(getattr(n, "variance_epsilon", getattr(n, "eps", 1e-6)))
-        w = 1.0 + n.weight if self.family in ("gemma2", "gemma3") else n.weight
+        w = 1.0 + n.weight if self.family in GEMMA_NORMS else n.weight
         return NormParams("rms", w, None, eps)
 
     def softcap(self, logits: torch.Tensor) -> torch.Tensor:
@@ -156,7 +205,7 @@ def family_of(model: nn.Module) -> str:
     mt = getattr(model.config, "model_type", None)
     if mt not in _MODEL_TYPES:
         raise ValueError(f"unsupported model type {mt!r}: layerlab supports {sorted(_MODEL_TYPES)} "
-                         "(add the family to layerlab/arch.py)")
+                         "(add the family to layerlab/core/arch.py)")
     return _MODEL_TYPES[mt]
 
 
@@ -167,8 +216,10 @@ def view(model: nn.Module) -> ModelView:
     backbone = getattr(model, bb_name)
     layer_list = getattr(backbone, layers_name)
     attn_p, mlp_p, aw_p, mw_p = _PARTS[family]
-    parallel = bool(getattr(model.config, "use_parallel_residual", False)) and family == "neox"
-    blocks = [BlockView(i, b, _get(b, attn_p), _get(b, mlp_p), _get(b, aw_p), _get(b, mw_p), parallel, family)
+    parallel = _parallel(family, model.config)
+    inplace = family == "falcon" and parallel  # FalconDecoderLayer: mlp_output += attention_output
+    blocks = [BlockView(i, b, _get(b, attn_p), _get(b, mlp_p), _get(b, aw_p), _get(b, mw_p), parallel, family,
+                        inplace)
               for i, b in enumerate(layer_list)]
     softcap = getattr(model.config, "final_logit_softcapping", None) if family.startswith("gemma") else None
     return ModelView(model, family, getattr(backbone, embed_name), blocks, layer_list,

@@ -28,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-TINY_FAMILIES = ("llama", "qwen2", "gemma2", "gemma3", "gpt2", "neox")
+TINY_FAMILIES = ("llama", "qwen2", "gemma2", "gemma3", "gpt2", "neox", "mistral", "gemma", "olmo", "phi", "falcon")
 KNOWN_MODELS = ("smollm2-135m", *(f"tiny-{f}" for f in TINY_FAMILIES))
 """Offline names; anything else is treated as a Hugging Face hub id or a local directory."""
 
@@ -87,6 +87,28 @@ def tiny_config(family: str = "llama", **overrides):
         cfg = tf.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
                                num_attention_heads=4, max_position_embeddings=512,
                                use_parallel_residual=True, **common)
+    # the Fig. 1a families (Aubry et al. 2025), shrunk from the released configs' shapes
+    elif family == "mistral":  # Mistral-7B: GQA, sliding window (wider than any test prompt here)
+        cfg = tf.MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                               sliding_window=512, tie_word_embeddings=False, **common)
+    elif family == "gemma":  # gemma-2b: multi-query attention, (1 + w) RMSNorm, scaled embedding
+        cfg = tf.GemmaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                             num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                             max_position_embeddings=512, **common)
+    elif family == "olmo":  # OLMo-1B-hf / OLMo-1.7-7B-hf: weightless LayerNorm, tied embeddings, clip_qkv
+        cfg = tf.OlmoConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                            num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+                            clip_qkv=8.0, tie_word_embeddings=True, **common)
+    elif family == "phi":  # phi-1 / 1.5 / 2: parallel attention + MLP, partial rotary, biased lm_head
+        cfg = tf.PhiConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                           num_attention_heads=4, max_position_embeddings=512, partial_rotary_factor=0.5,
+                           resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0, **common)
+    elif family == "falcon":  # falcon-11B: new decoder architecture, GQA, one parallel input norm
+        cfg = tf.FalconConfig(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_kv_heads=2,
+                              new_decoder_architecture=True, parallel_attn=True, num_ln_in_parallel_attn=1,
+                              multi_query=True, alibi=False, bias=False, max_position_embeddings=512,
+                              **common)
     else:
         raise ValueError(f"unknown tiny family {family!r}: choose one of {', '.join(TINY_FAMILIES)}")
     for k, v in overrides.items():
@@ -108,6 +130,11 @@ def _rms_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
     normed = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + eps)
     w = (1.0 + self.weight) if type(self).__name__.startswith("Gemma") else self.weight
     return normed * w
+
+
+def _olmo_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    """OlmoLayerNorm without its float32 round trip: F.layer_norm(x, no affine, eps 1e-5)."""
+    return nn.functional.layer_norm(hidden_states, self.normalized_shape, None, None, eps=1e-5)
 
 
 def _eager_attention_exact(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -166,6 +193,8 @@ def exact_norms(model: nn.Module) -> nn.Module:
     for m in model.modules():
         if type(m).__name__.endswith("RMSNorm") and hasattr(m, "weight"):
             m.forward = types.MethodType(_rms_forward, m)
+        elif type(m).__name__ == "OlmoLayerNorm":
+            m.forward = types.MethodType(_olmo_norm_forward, m)
     if _upcasts_softmax(model) and getattr(model.config, "_attn_implementation", None) == "eager":
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface, eager_mask
@@ -180,7 +209,7 @@ def tiny_model(family: str = "llama", *, seed: int = 0, dtype: torch.dtype = tor
                **config_overrides) -> nn.Module:
     """A random tiny model of ``family`` in eval mode (float64 by default, for identity tests)."""
     model = _build(tiny_config(family, **config_overrides), seed, dtype)
-    if family in ("gemma2", "gemma3"):
+    if family in ("gemma", "gemma2", "gemma3"):
         # Gemma initialises norm weights to zero ((1 + w) scaling); randomise them so the
         # norm's scale is exercised by the parity tests.
         g = torch.Generator().manual_seed(seed + 1)
@@ -188,6 +217,14 @@ def tiny_model(family: str = "llama", *, seed: int = 0, dtype: torch.dtype = tor
             for name, p in model.named_parameters():
                 if "norm" in name:
                     p.copy_(0.1 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    elif family in ("phi", "falcon"):
+        # biases and LayerNorm affine parameters start at 0 / 1: perturb them so the bias terms of
+        # the lens (W_U β + b_U) and the writers' biases are exercised too
+        g = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("bias") or "norm" in name:
+                    p.add_(0.1 * torch.randn(p.shape, generator=g, dtype=p.dtype))
     return model
 
 
@@ -292,24 +329,44 @@ def smollm2_dir() -> Path:
 
 
 # --------------------------------------------------------------------------- public entry point
-def load_model(name: str, *, random_init: bool = False, seed: int = 0,
-               dtype: torch.dtype = torch.float32, revision: str | None = None):
-    """Load ``name`` → ``(model, tokenizer)`` in eval mode with eager attention.
+def _resolve(device: str | torch.device, dtype: torch.dtype | str) -> tuple[torch.device, torch.dtype]:
+    """Validate a (device, dtype) pair before anything is loaded: a CUDA device on a machine without
+    one fails with a fix, not after a multi-GB download."""
+    from layerlab.core.protocol import DTYPES
+
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+        dtype = DTYPES[dtype]
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {str(device)!r} was requested but this torch ({torch.__version__}) sees no "
+                             "CUDA GPU; use device='cpu' or see `python -m layerlab doctor --profile gpu`")
+    return dev, dtype
+
+
+def load_model(name: str, *, random_init: bool = False, seed: int = 0, device: str | torch.device = "cpu",
+               dtype: torch.dtype | str = torch.float32, revision: str | None = None):
+    """Load ``name`` → ``(model, tokenizer)`` in eval mode with eager attention, on ``device`` in ``dtype``.
 
     name: ``"smollm2-135m"`` (offline SmolLM2-135M-Instruct, Q4_1 dequantised to fp32),
     ``"tiny-<family>"`` (random tiny model, byte tokenizer) or a Hugging Face hub id / local dir.
     random_init: same architecture and tokenizer, fresh weights drawn with ``seed`` (the null model).
     revision: a hub revision, e.g. a Pythia training checkpoint ``"step4000"`` (hub models only).
+    device / dtype: where the parameters live and their dtype (default ``"cpu"`` / float32, as before;
+    a preset's ``device`` and ``dtype`` strings are accepted). Analysis code keeps its own precision.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    dev, dtype = _resolve(device, dtype)
     if not isinstance(name, str) or not name:
         raise ValueError(f"model name must be a non-empty string, got {name!r}; known: {', '.join(KNOWN_MODELS)}")
     if name.startswith("tiny-"):
         family = name[5:]
         if family not in TINY_FAMILIES:
             raise ValueError(f"unknown model {name!r}: known offline names are {', '.join(KNOWN_MODELS)}")
-        return tiny_model(family, seed=seed, dtype=dtype), byte_tokenizer()
+        model, tokenizer = tiny_model(family, seed=seed, dtype=dtype), byte_tokenizer()
+        return model.to(device=dev, dtype=dtype).eval(), tokenizer
 
     if name == "smollm2-135m":
         path: str | Path = smollm2_dir()
@@ -329,13 +386,14 @@ def load_model(name: str, *, random_init: bool = False, seed: int = 0,
         tokenizer = AutoTokenizer.from_pretrained(path, **rev)
         if random_init:
             config = AutoConfig.from_pretrained(path, **rev)
-            return _build(config, seed, dtype), tokenizer
-        model = exact_norms(AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager",
-                                                                 **rev))
+            model = _build(config, seed, dtype)
+        else:
+            model = exact_norms(AutoModelForCausalLM.from_pretrained(path, dtype=dtype,
+                                                                 attn_implementation="eager", **rev))
     except OSError as e:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         hint = ("layerlab runs offline by default (HF_HUB_OFFLINE=1); on a machine with hub access set "
                 "HF_HUB_OFFLINE=0" if offline else "check the id and your hub access")
         raise ModelLoadError(f"could not load model {name!r}: {e.__class__.__name__}: {str(e)[:300]}. {hint}; "
                              f"offline names: {', '.join(KNOWN_MODELS)}") from e
-    return model.eval(), tokenizer
+    return model.to(device=dev, dtype=dtype).eval(), tokenizer

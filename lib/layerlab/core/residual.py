@@ -88,9 +88,11 @@ def capture(model: nn.Module, points: Iterable[str] = POINTS, *, layers: Sequenc
             cap._store(point, l, h, detach)
         return hook
 
-    def post(point, l):
+    def post(point, l, clone=False):
         def hook(module, args, output):
-            cap._store(point, l, _first(output), detach)
+            out = _first(output)
+            # a block that later adds into this tensor in place (Falcon) would change what we stored
+            cap._store(point, l, out.clone() if clone else out, detach)
         return hook
 
     try:
@@ -103,9 +105,9 @@ def capture(model: nn.Module, points: Iterable[str] = POINTS, *, layers: Sequenc
             if "block_out" in points:
                 handles.append(b.block.register_forward_hook(post("block_out", l)))
             if "attn_out" in points:
-                handles.append(b.attn_writer.register_forward_hook(post("attn_out", l)))
+                handles.append(b.attn_writer.register_forward_hook(post("attn_out", l, b.inplace_writes)))
             if "mlp_out" in points:
-                handles.append(b.mlp_writer.register_forward_hook(post("mlp_out", l)))
+                handles.append(b.mlp_writer.register_forward_hook(post("mlp_out", l, b.inplace_writes)))
         yield cap
     finally:
         for h in handles:
