@@ -3,9 +3,9 @@
 ``view(model)`` maps the Llama/SmolLM2 (and Mistral), Qwen2, Gemma 1/2/3, OLMo, Phi, Falcon,
 GPT-2 and GPT-NeoX families onto the same anatomy: token embedding, a list of blocks (each with
 its attention and MLP submodules and the modules whose outputs are written into the residual
-stream), the final norm and the
-unembedding. Everything else in layerlab (hooks, ablations, Jacobians, weight statistics) goes
-through this view, so supporting a new family means adding one entry here.
+stream), the final norm and the unembedding. Everything else in layerlab (hooks, ablations,
+Jacobians, weight statistics) goes through this view, so supporting a new family means adding one
+entry here.
 
 Module paths follow the Hugging Face ``transformers`` implementations (``modeling_<type>.py``):
 OLMo (Groeneveld et al. 2024) uses weightless LayerNorms; Phi-1/1.5/2 (Gunasekar et al. 2023,
