@@ -246,3 +246,38 @@ def test_member_jacobians_cached_once_and_exact(monkeypatch):
     assert torch.equal(J, J2)
     row = cr.member_coupling(model, prompts, (4,), J2)
     assert 0 <= row["C_l2@4"] <= 1
+
+
+def test_run_smoke_is_cached_whole_and_drives_claims_and_plots(monkeypatch):
+    """``run`` returns a typed result with provenance; a second call reads the whole result back
+    (``_compute`` is not called again); the claim rows and every figure come from the result alone."""
+    import importlib
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from layerlab.chapters import coupling
+
+    run_mod = importlib.import_module("layerlab.chapters.coupling.run")  # the package's `run` is the function
+
+    a = coupling.run(coupling.preset("smoke"))
+    assert isinstance(a, coupling.CouplingResult) and a.provenance.profile == "smoke" and a.provenance.source
+
+    def boom(*args, **kwargs):
+        raise AssertionError("recomputed a cached coupling result")
+
+    monkeypatch.setattr(run_mod, "_compute", boom)
+    b = coupling.run(coupling.preset("smoke"))
+    assert a.provenance == b.provenance and a.numbers == b.numbers
+    pd.testing.assert_frame_equal(a.trained, b.trained)
+    rows = coupling.claims(b)
+    assert [c.id for c in rows][:2] == ["C1", "C2"] and rows[-1].id == "S1"
+    assert set(coupling.verdict_glue(rows)) == {f"verdict_{c.id}" for c in rows}
+    assert {"K_max", "c_trained", "fam_rho", "loc_mid", "q_diff", "tok_self"} <= set(b.numbers)
+    for name in ("fig_depth_matrices", "fig_panels", "fig_tokens", "fig_trajectories", "fig_family",
+                 "fig_checkpoints", "fig_locality", "fig_vit"):
+        plt.close(getattr(coupling.plots, name)(b))
+    assert coupling.plots.fig_pythia(b) is None and b.pythia_table() is None and len(b.fig1a_table()) == 28
