@@ -335,7 +335,10 @@ def reference_jacobians(
 ) -> Tensor:
     """The authors' method: d VJPs of block l's output row ``token`` through the whole n-token
     sequence (``vectorize=False``: one VJP at a time, as released; True: batched VJPs).
-    Returns J [len(layers), d, d] (identity subtracted)."""
+    Returns J [len(layers), d, d] (identity subtracted).
+
+    Aubry et al., ICLR 2025 (arXiv:2407.07810), released ``jacobian.py``; spec coupling.md section 3.1.
+    """
     ids = _check_ids(model, input_ids, "reference_jacobians")
     t = _check_token(token, ids.shape[1])
     layers = _check_layers(model, layers)
@@ -386,7 +389,10 @@ def input_token_jacobians(
 
 def block_trajectory(model: nn.Module, input_ids: Tensor) -> Tensor:
     """x^0..x^L of every token from forward hooks (block inputs + last block output, before the
-    final norm). input_ids: [n] or [1, n]. Returns [n, L+1, d]."""
+    final norm). input_ids: [n] or [1, n]. Returns [n, L+1, d].
+
+    Token trajectories of Aubry et al., ICLR 2025 (arXiv:2407.07810); spec coupling.md section 3.5.
+    """
     from layerlab.core.residual import capture
 
     ids = _check_ids(model, input_ids, "block_trajectory")

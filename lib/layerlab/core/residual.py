@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from layerlab.core import validate
 from layerlab.core.arch import ModelView, view
 
+#: Capture points: the embedding, block inputs and outputs, and the attention and MLP residual writes.
 POINTS = ("embed", "block_in", "block_out", "attn_out", "mlp_out")
 
 
@@ -141,7 +142,11 @@ def _unembed(v: ModelView, x: Tensor, token_ids: Tensor | None) -> Tensor:
 
 
 def norm_scale(model: nn.Module, h: Tensor) -> Tensor:
-    """Final-norm denominator of a (partial) residual h [..., d] → [...]."""
+    """Final-norm denominator of a (partial) residual h [..., d] → [...].
+
+    s(h) of the frozen-norm members c_i = W_U (w ⊙ center(u_i)) / s(h_L): Kamigaito et al. 2025
+    (arXiv:2505.24009), Eq. 1.
+    """
     return view(model).final_norm_params().scale(h)
 
 
@@ -152,6 +157,8 @@ def lens_logits(model: nn.Module, resid: Tensor, *, mode: str = "recompute", ref
     mode="recompute": the model's final norm on ``resid`` itself (exact model logits at h_L).
     mode="frozen": the norm's denominator taken from ``ref`` (the full residual h_L, same leading
     shape); linear in ``resid``. Soft-capping (Gemma 2) is applied in both modes.
+
+    Logit lens: nostalgebraist (2020); the frozen mode is the linear readout of Kamigaito et al. 2025, Eq. 1.
     """
     v = view(model)
     validate.last_dim(resid, v.d_model, where="logit_lens", name="resid")
@@ -188,6 +195,8 @@ class Contributions:
     members: [B, P, M, d] raw residual writes u_i, ordered embed, attn0, mlp0, attn1, ... (module
     level, M = 2L+1) or embed, block0, block1, ... (layer level, M = L+1); they sum to h_L.
     scale: [B, P] final-norm denominator of h_L. resid: [B, P, d] = h_L.
+
+    Sum_i c_i + b equals the model's logits: Kamigaito et al. 2025 (arXiv:2505.24009), Eq. 1.
     """
 
     members: Tensor

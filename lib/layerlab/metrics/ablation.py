@@ -153,7 +153,10 @@ def ablate(model: torch.nn.Module, layer: int, operator: str, *, mean_contrib: T
 def mean_contributions(model: torch.nn.Module, input_ids: Tensor, *, batch_size: int = 8) -> Tensor:
     """Mean block contribution h_l − h_{l−1} over all calibration tokens: ``[L, d]`` (AB4).
 
-    input_ids: [N, T] calibration windows (N, T >= 1, inside the vocabulary)."""
+    input_ids: [N, T] calibration windows (N, T >= 1, inside the vocabulary).
+
+    Wietrzykowski (arXiv:2603.19348); AB4 of spec anatomy.md section 3.6.
+    """
     validate.model_ids(model, input_ids, where="mean_contributions")
     total, count = None, 0
     for i in range(0, input_ids.shape[0], batch_size):
@@ -320,7 +323,10 @@ def _evaluate_sentences(model: torch.nn.Module, sentences: Sequence[Tensor], int
 
 def sweep_interventions(model: torch.nn.Module, operators: Sequence[str], layers: Sequence[int] | None = None, *,
                         mean_contrib: Tensor | None = None) -> list[Intervention]:
-    """One :class:`Intervention` per (operator, layer), named ``"{operator}@{layer}"``."""
+    """One :class:`Intervention` per (operator, layer), named ``"{operator}@{layer}"``.
+
+    Operators of spec anatomy.md section 3.6 (Wietrzykowski (arXiv:2603.19348)).
+    """
     mv = arch.view(model)
     layers = list(range(mv.n_layers)) if layers is None else list(layers)
     for op in operators:
@@ -376,7 +382,10 @@ def effect(base: np.ndarray, other: np.ndarray, *, groups: np.ndarray | None = N
 def effect_table(res: EvalResult, *, tiers: Tiers = Tiers(), groups: np.ndarray | None = None,
                  n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """One row per intervention named ``"{op}@{layer}"`` (others get layer −1): op, layer, effects, tier.
-    Bootstrap units: ``groups`` if given, else ``res.groups`` (sentences), else windows."""
+    Bootstrap units: ``groups`` if given, else ``res.groups`` (sentences), else windows.
+
+    ΔNLL, ΔPPL% and tiers of spec anatomy.md sections 3.2 and 3.9 (Wietrzykowski (arXiv:2603.19348)).
+    """
     groups = res.groups if groups is None else groups
     rows = []
     for name, v in res.nll.items():

@@ -128,7 +128,10 @@ def centre(f: Tensor) -> Tensor:
 # --------------------------------------------------------------------------- Theorem 1 / 3
 @dataclass
 class Decomposition:
-    """Per-example terms [N] and per-member terms [N, M] of one decomposition."""
+    """Per-example terms [N] and per-member terms [N, M] of one decomposition.
+
+    MSE = Bias − Div: Kamigaito et al. 2025 (arXiv:2505.24009), Theorem 1 / Eq. 8.
+    """
 
     mse: Tensor
     bias: Tensor
