@@ -216,7 +216,7 @@ class EvalResult:
     meta: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (for :func:`layerlab.core.cache.cached_json`)."""
+        """JSON-ready dict (for ``layerlab.core.cache.cached_json``)."""
         def f(x):
             return None if x is None else np.asarray(x).tolist()
         return {"base": f(self.base), "nll": {k: f(v) for k, v in self.nll.items()}, "n_tokens": self.n_tokens,
@@ -240,7 +240,7 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
     list of 1-D sentences of >= 2 tokens each, scored per token).
 
     With ``prefix_cache`` the clean block inputs of each batch are captured once and every intervention
-    runs only blocks ``start..L−1`` plus the unembedding (:func:`layerlab.core.arch.suffix_forward`): exact,
+    runs only blocks ``start..L−1`` plus the unembedding (``layerlab.core.arch.suffix_forward``): exact,
     because an edit of layers ≥ start cannot change h_0..h_{start−1} (spec 6). Otherwise every intervention
     is a full forward pass (the naive reference, bit-identical).
     With ``geometry`` also accumulates ShortGPT Block Influence BI_l = 1 − E_t cos(x_l, x_{l+1})

@@ -214,7 +214,7 @@ def neighbour_ratio(mat: Tensor) -> float:
 
 def locality(mat: Tensor) -> float:
     """Layer locality (spec 4.3, claim C7) as a difference, stable when coupling is near zero:
-    mean coupling 1-m over neighbours |l-l'|=1 minus the mean over distant pairs |l-l'|>=2.
+    mean coupling 1-m over neighbours ``|l-l'| = 1`` minus the mean over distant pairs ``|l-l'| >= 2``.
     0 = no locality. mat: [L, L] m_K matrix, L >= 3."""
     L = mat.shape[-1]
     if mat.ndim != 2 or mat.shape[0] != L or L < 3:

@@ -36,12 +36,14 @@ TARGETS = ("onehot", "scaled", "centred")
 class MemberReadout:
     """Raw member readouts of N examples, enough for every truncation depth (spec section 6).
 
-    raw:    [N, M, C] un-normalised member logits R(gamma * u_i) (the frozen-norm lens times r)
-    scales: [N, L+1]  norm denominators r_k recomputed on the partial residual h_k (k = 0: embedding
-                      only, k = L: the full residual, where the lens is exact)
-    bias:   [C]       constant b of the readout (W_U beta + b_U for LayerNorm models, 0 for RMSNorm)
-    labels: [N]       class index in 0..C-1 (or the target token for full-vocabulary readouts)
-    level:  "module" (M = 2L+1, order e, a_1, m_1, ...) or "layer" (M = L+1, order e, b_1, ...)
+    Fields::
+
+        raw:    [N, M, C] un-normalised member logits R(gamma * u_i) (the frozen-norm lens times r)
+        scales: [N, L+1]  norm denominators r_k recomputed on the partial residual h_k (k = 0: embedding
+                          only, k = L: the full residual, where the lens is exact)
+        bias:   [C]       constant b of the readout (W_U beta + b_U for LayerNorm models, 0 for RMSNorm)
+        labels: [N]       class index in 0..C-1 (or the target token for full-vocabulary readouts)
+        level:  "module" (M = 2L+1, order e, a_1, m_1, ...) or "layer" (M = L+1, order e, b_1, ...)
     """
 
     raw: Tensor

@@ -231,7 +231,7 @@ def predict_layers(stacks: dict[str, Tensor], layers: Sequence[int], *, mode: st
 
     The lag ridge is fitted on ``fit_layers`` (default: all layers). mode ``"teacher"``: each prediction
     uses the real earlier layers; ``"generated"``: it uses earlier *predicted* layers where they exist
-    (error accumulation). ``thetas``: precomputed :func:`lag_thetas` (same lags). Returns
+    (error accumulation). ``thetas``: precomputed ``lag_thetas`` (same lags). Returns
     {layer: {component: tensor shaped like the real weight}}.
     """
     if mode not in ("teacher", "generated"):
