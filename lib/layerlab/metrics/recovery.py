@@ -70,7 +70,10 @@ def perturb(model: torch.nn.Module, layer: int, sigma_rel: float, *, kind: str =
 
 @dataclass
 class RecoveryCurve:
-    """One perturb-and-fine-tune run: NLL (nats per token) on the evaluation windows at ``steps``."""
+    """One perturb-and-fine-tune run: NLL (nats per token) on the evaluation windows at ``steps``.
+
+    Spec anatomy.md section 3.7 (Wietrzykowski (arXiv:2603.19348), finding 3).
+    """
 
     layer: int
     sigma_rel: float
@@ -123,6 +126,8 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
 
     The model is returned unchanged. With scope ``"layer"`` the frozen prefix (blocks < layer) is computed
     once and only blocks ≥ layer run forward and backward. ``seed`` drives the noise and the batch order.
+
+    Protocol of spec anatomy.md section 3.7 (Wietrzykowski (arXiv:2603.19348), finding 3).
     """
     mv = arch.view(model)
     mv.check_layer(layer)
