@@ -106,7 +106,7 @@ def _mean_ablate(model: torch.nn.Module, layer: int, mean_contrib: Tensor) -> It
 
     def hook(module, args, kwargs, output):  # noqa: ANN001 - torch hook signature
         h_in = args[0] if args else kwargs["hidden_states"]  # [B, T, d]
-        new = h_in + mean_contrib.to(h_in.dtype)
+        new = h_in + mean_contrib.to(device=h_in.device, dtype=h_in.dtype)
         if isinstance(output, tuple):
             return (new, *output[1:])
         return new
@@ -158,9 +158,10 @@ def mean_contributions(model: torch.nn.Module, input_ids: Tensor, *, batch_size:
     Wietrzykowski (arXiv:2603.19348); AB4 of spec anatomy.md section 3.6.
     """
     validate.model_ids(model, input_ids, where="mean_contributions")
+    device = next(model.parameters()).device
     total, count = None, 0
     for i in range(0, input_ids.shape[0], batch_size):
-        ids = input_ids[i:i + batch_size]
+        ids = input_ids[i:i + batch_size].to(device)  # [B, T] on the model's device
         with capture(model, points=("block_in", "block_out")) as cap:
             model(ids)
         diff = (cap["block_out"] - cap["block_in"]).to(torch.float64)  # [L, B, T, d]
@@ -265,17 +266,18 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
     bi_sum = torch.zeros(mv.n_layers, dtype=torch.float64)
     ang_sum = torch.zeros(mv.n_layers, dtype=torch.float64)
     n_tok = n_last = 0
+    device = next(model.parameters()).device  # inputs follow the model; results come back to the CPU
     for i in range(0, input_ids.shape[0], batch_size):
-        ids = input_ids[i:i + batch_size]  # [B, T]
+        ids = input_ids[i:i + batch_size].to(device)  # [B, T]
         with capture(model, points=("block_in", "block_out")) as cap:
             logits = model(ids).logits
         nll_fn = _token_nll if _token_level else window_nll
-        base.append(nll_fn(logits, ids))
+        base.append(nll_fn(logits, ids).cpu())
         if geometry:
             x_in, x_out = cap["block_in"].double(), cap["block_out"].double()  # [L, B, T, d]
             cos = torch.nn.functional.cosine_similarity(x_in, x_out, dim=-1)  # [L, B, T]
-            bi_sum += (1 - cos).sum(dim=(1, 2))
-            ang_sum += torch.arccos(cos[:, :, -1].clamp(-1, 1)).sum(dim=1) / math.pi
+            bi_sum += (1 - cos).sum(dim=(1, 2)).cpu()
+            ang_sum += (torch.arccos(cos[:, :, -1].clamp(-1, 1)).sum(dim=1) / math.pi).cpu()
             n_tok += ids.numel()
             n_last += ids.shape[0]
         block_in = cap["block_in"] if prefix_cache else None
@@ -286,7 +288,7 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
                     lg = arch.suffix_forward(model, block_in[iv.start], iv.start)
                 else:
                     lg = model(ids).logits
-            out[iv.name].append(nll_fn(lg, ids))
+            out[iv.name].append(nll_fn(lg, ids).cpu())
     res = EvalResult(base=torch.cat(base).numpy(), nll={n: torch.cat(v).numpy() for n, v in out.items()},
                      n_tokens=int(input_ids.shape[0] * (input_ids.shape[1] - 1)),
                      meta={"windows": int(input_ids.shape[0]), "window": int(input_ids.shape[1]),

@@ -56,7 +56,8 @@ def perturb(model: torch.nn.Module, layer: int, sigma_rel: float, *, kind: str =
                 saved.append((p, p.detach().clone()))
                 if sigma_rel == 0:
                     continue
-                noise = torch.randn(p.shape, generator=g, dtype=p.dtype)
+                # drawn on the CPU so that a seed gives the same noise on every device
+                noise = torch.randn(p.shape, generator=g, dtype=p.dtype).to(p.device)
                 if kind == "additive":
                     p.add_(sigma_rel * p.std() * noise)
                 else:
@@ -139,6 +140,8 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
                     else list({p.data_ptr(): p for p in model.parameters()}.values()))
     start = layer if scope == "layer" else 0
     use_prefix = scope == "layer" and layer > 0
+    device = next(model.parameters()).device
+    train_ids, eval_ids = train_ids.to(device), eval_ids.to(device)  # [N, T] each, on the model's device
     base = _eval_nll(model, eval_ids, 0, None, eval_batch_size)
     flags = [(p, p.requires_grad) for p in model.parameters()]
     snapshot = [(p, p.detach().clone()) for p in train_params]
