@@ -95,6 +95,8 @@ def _filter_toc(node: object, drop: set[str]) -> object:
             if isinstance(v, list) and not v and k == "parts":
                 continue
             out[k] = v
+        if "chapters" in node and "chapters" not in out and "file" not in out:
+            return None  # a part left without chapters
         return out
     return node
 

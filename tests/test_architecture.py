@@ -99,7 +99,7 @@ def _append(path: Path, text: str = "\n# an edit\n") -> None:
 
 
 def test_editing_a_dependency_changes_the_key(lib_copy):
-    target = "layerlab.chapters.anatomy.chapter"
+    target = "layerlab.chapters.anatomy.run"
     before = module_fingerprint(target, root=lib_copy)
     assert "layerlab.metrics.ablation" in module_closure(target, root=lib_copy)
     _append(lib_copy / "core" / "arch.py")  # imported transitively (ablation -> arch)
@@ -107,9 +107,9 @@ def test_editing_a_dependency_changes_the_key(lib_copy):
 
 
 def test_editing_an_unrelated_chapter_keeps_the_key(lib_copy):
-    target = "layerlab.chapters.anatomy.chapter"
+    target = "layerlab.chapters.anatomy.run"
     before = module_fingerprint(target, root=lib_copy)
-    _append(lib_copy / "chapters" / "coupling" / "runs.py")
+    _append(lib_copy / "chapters" / "coupling" / "members.py")
     _append(lib_copy / "__init__.py")  # the root re-exports the API; library modules never import it
     assert module_fingerprint(target, root=lib_copy) == before
 
@@ -135,7 +135,7 @@ def test_unresolvable_import_fails_loudly(lib_copy):
 
 
 def test_data_files_next_to_a_module_are_in_its_key(lib_copy):
-    target = "layerlab.chapters.coupling.chapter"
+    target = "layerlab.chapters.coupling.presets"
     before = module_fingerprint(target, root=lib_copy)
     _append(lib_copy / "chapters" / "coupling" / "fig1a_leaderboard.csv", "x,y\n")
     assert module_fingerprint(target, root=lib_copy) != before

@@ -133,11 +133,13 @@ def test_bad_inputs():
 
 
 def test_chapter_presets_and_fig1a_file():
-    from layerlab.chapters.coupling import chapter as ch
+    from layerlab.chapters import coupling as ch
 
     with pytest.raises(ValueError, match="unknown profile"):
         ch.preset("laptop")
-    assert len(ch.preset("gpu").fig1a_models) == 28
+    assert len(ch.preset("gpu").fig1a_models) == 28 and ch.preset("gpu").device == "cuda"
+    with pytest.raises(ValueError, match="28 Fig. 1a models"):
+        ch.preset("gpu", fig1a_models=("EleutherAI/pythia-12b",))
     fig = ch.fig1a_table()
     assert len(fig) == 28 and fig["provenance"].notna().all()
     known = fig.dropna(subset=["coupling"])
@@ -148,7 +150,7 @@ def test_chapter_presets_and_fig1a_file():
 
 
 def test_prompt_result_and_summary_on_tiny_model():
-    from layerlab.chapters.coupling import runs as cr
+    from layerlab.chapters.coupling import depth as cr
     from layerlab.core.models import tiny_model
 
     model = tiny_model("llama")
@@ -169,7 +171,7 @@ def test_predictor_stats_and_incremental_r2():
     import numpy as np
     import pandas as pd
 
-    from layerlab.chapters.coupling import runs as cr
+    from layerlab.chapters.coupling import stats as cr
 
     rng = np.random.default_rng(0)
     x1, x2 = rng.normal(size=30), rng.normal(size=30)
@@ -199,7 +201,7 @@ def test_locality_difference_and_permutation_null():
 
 
 def test_locality_run_and_quantisation_control_on_smoke_family():
-    from layerlab.chapters.coupling import runs as cr
+    from layerlab.chapters.coupling import members as cr
 
     df, mats = cr.locality_run("smoke", {"depth": 3}, n_prompts=2, max_tokens=12, k=4, n_perm=50)
     assert len(df) == len(mats) and set(df["step"]) >= {0, 8}
@@ -226,7 +228,7 @@ def test_circle_graph_draws_every_layer():
 def test_member_jacobians_cached_once_and_exact(monkeypatch):
     """The family callers share one Jacobian cache entry per (run, step, prompts), equal to a fresh
     computation; the second call must not recompute."""
-    from layerlab.chapters.coupling import runs as cr
+    from layerlab.chapters.coupling import members as cr
     from layerlab.training.family import get_family
 
     fam = get_family("smoke")
@@ -244,3 +246,38 @@ def test_member_jacobians_cached_once_and_exact(monkeypatch):
     assert torch.equal(J, J2)
     row = cr.member_coupling(model, prompts, (4,), J2)
     assert 0 <= row["C_l2@4"] <= 1
+
+
+def test_run_smoke_is_cached_whole_and_drives_claims_and_plots(monkeypatch):
+    """``run`` returns a typed result with provenance; a second call reads the whole result back
+    (``_compute`` is not called again); the claim rows and every figure come from the result alone."""
+    import importlib
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from layerlab.chapters import coupling
+
+    run_mod = importlib.import_module("layerlab.chapters.coupling.run")  # the package's `run` is the function
+
+    a = coupling.run(coupling.preset("smoke"))
+    assert isinstance(a, coupling.CouplingResult) and a.provenance.profile == "smoke" and a.provenance.source
+
+    def boom(*args, **kwargs):
+        raise AssertionError("recomputed a cached coupling result")
+
+    monkeypatch.setattr(run_mod, "_compute", boom)
+    b = coupling.run(coupling.preset("smoke"))
+    assert a.provenance == b.provenance and a.numbers == b.numbers
+    pd.testing.assert_frame_equal(a.trained, b.trained)
+    rows = coupling.claims(b)
+    assert [c.id for c in rows][:2] == ["C1", "C2"] and rows[-1].id == "S1"
+    assert set(coupling.verdict_glue(rows)) == {f"verdict_{c.id}" for c in rows}
+    assert {"K_max", "c_trained", "fam_rho", "loc_mid", "q_diff", "tok_self"} <= set(b.numbers)
+    for name in ("fig_depth_matrices", "fig_panels", "fig_tokens", "fig_trajectories", "fig_family",
+                 "fig_checkpoints", "fig_locality", "fig_vit"):
+        plt.close(getattr(coupling.plots, name)(b))
+    assert coupling.plots.fig_pythia(b) is None and b.pythia_table() is None and len(b.fig1a_table()) == 28

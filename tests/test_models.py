@@ -83,7 +83,7 @@ def test_smollm2_random_init_twin():
     trained, _ = models.load_model("smollm2-135m")
     a, _ = models.load_model("smollm2-135m", random_init=True, seed=0)
     b, _ = models.load_model("smollm2-135m", random_init=True, seed=0)
-    assert models.n_params(a) == models.n_params(trained)
+    assert arch.n_params(a) == arch.n_params(trained)
     assert a.config._attn_implementation == "eager"
     wa = arch.view(a).blocks[3].weights()["q"]
     assert torch.equal(wa, arch.view(b).blocks[3].weights()["q"])

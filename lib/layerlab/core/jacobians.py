@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd import forward_ad as fwAD
 
+from layerlab.core import validate
 from layerlab.core.arch import view
 
 BlockFn = Callable[[Tensor], Tensor]  # [B, n, d] -> [B, n, d] block output (with skip)
@@ -114,12 +115,12 @@ def _block_fn(block: nn.Module, call: _Call, cache: Any = None, post: nn.Module 
 
 
 # ------------------------------------------------------------------------------------ validation
-def _check_ids(input_ids: Tensor) -> Tensor:
-    if not isinstance(input_ids, Tensor) or input_ids.dtype != torch.long:
-        raise TypeError("input_ids must be a LongTensor of token ids, shape [n] or [1, n]")
-    ids = input_ids[None] if input_ids.ndim == 1 else input_ids
-    if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
-        raise ValueError(f"input_ids must hold one non-empty prompt, shape [n] or [1, n]; got {tuple(input_ids.shape)}")
+def _check_ids(model: nn.Module, input_ids: Tensor, where: str) -> Tensor:
+    """One prompt [n] or [1, n] of in-vocabulary ids (n >= 1) → [1, n]."""
+    ids = input_ids[None] if isinstance(input_ids, Tensor) and input_ids.ndim == 1 else input_ids
+    validate.model_ids(model, ids, where=where)
+    if ids.shape[0] != 1:
+        raise ValueError(f"{where}: input_ids must hold one prompt, shape [n] or [1, n]; got {list(input_ids.shape)}")
     return ids
 
 
@@ -268,7 +269,7 @@ def block_function(
 ) -> tuple[BlockFn, Tensor]:
     """Block ``layer`` as a function of its full-sequence input, and that input X [1, n, d]
     (recorded by pre-hooks during one forward pass). ``fn(X)`` reproduces the block's output."""
-    ids = _check_ids(input_ids)
+    ids = _check_ids(model, input_ids, "block_function")
     (layer,) = _check_layers(model, layer)
     calls = _full_calls(model, ids)
     fn = _block_fn(view(model).blocks[layer].block, calls[layer], None, _post(model, layer, authors_compat))
@@ -294,7 +295,7 @@ def frozen_context_jacobians(
     (copies in the batch dimension, K/V broadcast). Both are exact; tests check both against the
     reference on every tiny family. Returns J [len(layers), d, d] (identity subtracted).
     """
-    ids = _check_ids(input_ids)
+    ids = _check_ids(model, input_ids, "frozen_context_jacobians")
     n = ids.shape[1]
     t = _check_token(token, n)
     layers = _check_layers(model, layers)
@@ -334,8 +335,11 @@ def reference_jacobians(
 ) -> Tensor:
     """The authors' method: d VJPs of block l's output row ``token`` through the whole n-token
     sequence (``vectorize=False``: one VJP at a time, as released; True: batched VJPs).
-    Returns J [len(layers), d, d] (identity subtracted)."""
-    ids = _check_ids(input_ids)
+    Returns J [len(layers), d, d] (identity subtracted).
+
+    Aubry et al., ICLR 2025 (arXiv:2407.07810), released ``jacobian.py``; spec coupling.md section 3.1.
+    """
+    ids = _check_ids(model, input_ids, "reference_jacobians")
     t = _check_token(token, ids.shape[1])
     layers = _check_layers(model, layers)
     blocks = [b.block for b in view(model).blocks]
@@ -353,7 +357,7 @@ def output_token_jacobians(
 ) -> Tensor:
     """Context Jacobians J^l_{t1, t2} for a fixed output token t2 = ``token`` and all t1 <= t2 in
     one reverse pass over the prefix (spec 6, Method B). Returns [t2 + 1, d, d] indexed by t1."""
-    ids = _check_ids(input_ids)
+    ids = _check_ids(model, input_ids, "output_token_jacobians")
     t2 = _check_token(token, ids.shape[1])
     (layer,) = _check_layers(model, layer)
     ids = ids[:, : t2 + 1]  # causal: later tokens cannot matter
@@ -374,7 +378,7 @@ def input_token_jacobians(
 ) -> Tensor:
     """Context Jacobians J^l_{t1, t2} for a fixed input token t1 = ``token`` and all t2 >= t1 in one
     forward-mode pass (spec 6, Method C). Returns [n - t1, d, d] indexed by t2 - t1."""
-    ids = _check_ids(input_ids)
+    ids = _check_ids(model, input_ids, "input_token_jacobians")
     t1 = _check_token(token, ids.shape[1])
     (layer,) = _check_layers(model, layer)
     calls = _full_calls(model, ids)
@@ -385,10 +389,13 @@ def input_token_jacobians(
 
 def block_trajectory(model: nn.Module, input_ids: Tensor) -> Tensor:
     """x^0..x^L of every token from forward hooks (block inputs + last block output, before the
-    final norm). input_ids: [n] or [1, n]. Returns [n, L+1, d]."""
+    final norm). input_ids: [n] or [1, n]. Returns [n, L+1, d].
+
+    Token trajectories of Aubry et al., ICLR 2025 (arXiv:2407.07810); spec coupling.md section 3.5.
+    """
     from layerlab.core.residual import capture
 
-    ids = _check_ids(input_ids)
+    ids = _check_ids(model, input_ids, "block_trajectory")
     with torch.no_grad(), capture(model, points=("block_in", "block_out")) as cap:
         model(ids, use_cache=False)
     xs = torch.cat([cap["block_in"], cap["block_out"][-1:]], dim=0)  # [L+1, 1, n, d]

@@ -345,6 +345,34 @@ def _resolve(device: str | torch.device, dtype: torch.dtype | str) -> tuple[torc
     return dev, dtype
 
 
+def _looks_local(name: str) -> bool:
+    """A path rather than a hub id 'owner/name': absolute, relative ('./', '../', '~') or deeper."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def _check_model_dir(path: Path) -> dict[str, str]:
+    """Fail with a fix unless ``path`` is a directory holding config.json + weights, or one .gguf file
+    (then returns the ``gguf_file`` argument for ``from_pretrained``)."""
+    if not path.exists():
+        raise ModelLoadError(f"load_model: no such model directory {path.absolute()}; pass an existing directory, "
+                             f"a hub id 'owner/name' or an offline name ({', '.join(KNOWN_MODELS)})")
+    if not path.is_dir():
+        raise ModelLoadError(f"load_model: {path} is a file, not a model directory; pass the folder that holds it")
+    config = (path / "config.json").exists()
+    weights = any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
+    ggufs = sorted(path.glob("*.gguf"))
+    if config and weights:
+        return {}
+    if not config and len(ggufs) == 1:
+        return {"gguf_file": ggufs[0].name}
+    if len(ggufs) > 1:
+        raise ModelLoadError(f"load_model: {path} holds {len(ggufs)} .gguf files ({', '.join(g.name for g in ggufs)}); "
+                             "put the one to load in a directory of its own")
+    missing = " and ".join(m for m, ok in (("config.json", config), ("*.safetensors weights", weights)) if not ok)
+    raise ModelLoadError(f"no model files in {path}: expected config.json and *.safetensors (or a .gguf); "
+                         f"missing {missing}")
+
+
 def load_model(name: str, *, random_init: bool = False, seed: int = 0, device: str | torch.device = "cpu",
                dtype: torch.dtype | str = torch.float32, revision: str | None = None):
     """Load ``name`` → ``(model, tokenizer)`` in eval mode with eager attention, on ``device`` in ``dtype``.
@@ -368,10 +396,12 @@ def load_model(name: str, *, random_init: bool = False, seed: int = 0, device: s
         model, tokenizer = tiny_model(family, seed=seed, dtype=dtype), byte_tokenizer()
         return model.to(device=dev, dtype=dtype).eval(), tokenizer
 
+    gguf: dict[str, str] = {}
     if name == "smollm2-135m":
         path: str | Path = smollm2_dir()
-    elif Path(name).expanduser().is_dir():
+    elif Path(name).expanduser().exists() or _looks_local(name):
         path = Path(name).expanduser()
+        gguf = _check_model_dir(path)
     elif "/" in name:
         path = name
     else:
@@ -381,7 +411,7 @@ def load_model(name: str, *, random_init: bool = False, seed: int = 0, device: s
         )
     if revision is not None and not isinstance(path, str):
         raise ValueError(f"revision={revision!r} applies to hub models only, not to {name!r}")
-    rev = {} if revision is None else {"revision": revision}
+    rev = {"revision": revision} if revision is not None else gguf
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **rev)
         if random_init:

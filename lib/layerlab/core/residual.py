@@ -21,8 +21,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from layerlab.core import validate
 from layerlab.core.arch import ModelView, view
 
+#: Capture points: the embedding, block inputs and outputs, and the attention and MLP residual writes.
 POINTS = ("embed", "block_in", "block_out", "attn_out", "mlp_out")
 
 
@@ -116,7 +118,16 @@ def capture(model: nn.Module, points: Iterable[str] = POINTS, *, layers: Sequenc
 
 def run_with_capture(model: nn.Module, input_ids: Tensor, points: Iterable[str] = POINTS,
                      **capture_kwargs) -> tuple[Tensor, Capture]:
-    """One forward under :func:`capture`; returns (logits [B, T, V], capture)."""
+    """One forward under :func:`capture`; returns (logits [B, T, V], capture).
+
+    input_ids: [B, T] token ids (B, T >= 1, every id inside the model's vocabulary).
+    """
+    validate.model_ids(model, input_ids, where="run_with_capture")
+    return _run_with_capture(model, input_ids, points, **capture_kwargs)
+
+
+def _run_with_capture(model: nn.Module, input_ids: Tensor, points: Iterable[str] = POINTS,
+                      **capture_kwargs) -> tuple[Tensor, Capture]:
     with torch.no_grad(), capture(model, points, **capture_kwargs) as cap:
         logits = model(input_ids=input_ids, use_cache=False).logits
     return logits, cap
@@ -133,7 +144,11 @@ def _unembed(v: ModelView, x: Tensor, token_ids: Tensor | None) -> Tensor:
 
 
 def norm_scale(model: nn.Module, h: Tensor) -> Tensor:
-    """Final-norm denominator of a (partial) residual h [..., d] → [...]."""
+    """Final-norm denominator of a (partial) residual h [..., d] → [...].
+
+    s(h) of the frozen-norm members c_i = W_U (w ⊙ center(u_i)) / s(h_L): Kamigaito et al. 2025
+    (arXiv:2505.24009), Eq. 1.
+    """
     return view(model).final_norm_params().scale(h)
 
 
@@ -144,8 +159,15 @@ def lens_logits(model: nn.Module, resid: Tensor, *, mode: str = "recompute", ref
     mode="recompute": the model's final norm on ``resid`` itself (exact model logits at h_L).
     mode="frozen": the norm's denominator taken from ``ref`` (the full residual h_L, same leading
     shape); linear in ``resid``. Soft-capping (Gemma 2) is applied in both modes.
+
+    Logit lens: nostalgebraist (2020); the frozen mode is the linear readout of Kamigaito et al. 2025, Eq. 1.
     """
     v = view(model)
+    validate.last_dim(resid, v.d_model, where="logit_lens", name="resid")
+    if token_ids is not None:
+        tid = torch.as_tensor(token_ids)
+        if tid.numel() and (int(tid.min()) < 0 or int(tid.max()) >= v.vocab_size):
+            raise ValueError(f"logit_lens: token_ids must lie in 0..{v.vocab_size - 1}, got {tid.min()}..{tid.max()}")
     if mode == "recompute":
         if token_ids is None:
             return v.softcap(v.unembed(v.final_norm(resid)))
@@ -154,6 +176,13 @@ def lens_logits(model: nn.Module, resid: Tensor, *, mode: str = "recompute", ref
         raise ValueError(f"unknown lens mode {mode!r}: use 'recompute' or 'frozen'")
     if ref is None:
         raise ValueError("mode='frozen' needs ref=<full residual h_L> to freeze the norm scale")
+    validate.last_dim(ref, v.d_model, where="logit_lens", name="ref")
+    try:
+        ok = torch.broadcast_shapes(ref.shape, resid.shape) == resid.shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"logit_lens: ref {list(ref.shape)} must broadcast to resid's shape {list(resid.shape)}")
     p = v.final_norm_params()
     normed = p.weight * p.center(resid) / p.scale(ref).unsqueeze(-1)
     if p.bias is not None:
@@ -168,6 +197,8 @@ class Contributions:
     members: [B, P, M, d] raw residual writes u_i, ordered embed, attn0, mlp0, attn1, ... (module
     level, M = 2L+1) or embed, block0, block1, ... (layer level, M = L+1); they sum to h_L.
     scale: [B, P] final-norm denominator of h_L. resid: [B, P, d] = h_L.
+
+    Sum_i c_i + b equals the model's logits: Kamigaito et al. 2025 (arXiv:2505.24009), Eq. 1.
     """
 
     members: Tensor
@@ -207,7 +238,12 @@ class Contributions:
 
 def contributions(model: nn.Module, input_ids: Tensor, *, positions: Sequence[int] | Tensor | None = None,
                   level: str = "module") -> Contributions:
-    """Residual members of one forward pass at ``positions`` (default: all) — Kamigaito et al. Eq. 1."""
+    """Residual members of one forward pass at ``positions`` (default: all) — Kamigaito et al. Eq. 1.
+
+    input_ids: [B, T] token ids (B, T >= 1, inside the vocabulary); level: ``"module"`` (embed, attn0,
+    mlp0, ...; M = 2L+1) or ``"layer"`` (embed, block0, ...; M = L+1). Members sum to h_L exactly.
+    """
+    validate.model_ids(model, input_ids, where="contributions")
     if level not in ("module", "layer"):
         raise ValueError(f"unknown member level {level!r}: use 'module' (M=2L+1) or 'layer' (M=L+1)")
     v = view(model)
@@ -217,7 +253,7 @@ def contributions(model: nn.Module, input_ids: Tensor, *, positions: Sequence[in
         if pos.numel() and (pos.max() >= T or pos.min() < -T):
             raise ValueError(f"position out of range for a sequence of {T} tokens: {pos.tolist()}")
         positions = pos
-    _, cap = run_with_capture(model, input_ids, ("embed", "attn_out", "mlp_out", "block_out"),
+    _, cap = _run_with_capture(model, input_ids, ("embed", "attn_out", "mlp_out", "block_out"),
                               positions=positions)
     attn, mlp = cap["attn_out"], cap["mlp_out"]  # [L, B, P, d]
     if level == "module":

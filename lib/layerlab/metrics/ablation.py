@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from layerlab.core import arch
+from layerlab.core import arch, validate
 from layerlab.core.residual import capture
 
 #: Ablation operators of spec 3.6: skip (AB1), attention-only / MLP-only skip (AB3),
@@ -106,7 +106,7 @@ def _mean_ablate(model: torch.nn.Module, layer: int, mean_contrib: Tensor) -> It
 
     def hook(module, args, kwargs, output):  # noqa: ANN001 - torch hook signature
         h_in = args[0] if args else kwargs["hidden_states"]  # [B, T, d]
-        new = h_in + mean_contrib.to(h_in.dtype)
+        new = h_in + mean_contrib.to(device=h_in.device, dtype=h_in.dtype)
         if isinstance(output, tuple):
             return (new, *output[1:])
         return new
@@ -141,16 +141,27 @@ def ablate(model: torch.nn.Module, layer: int, operator: str, *, mean_contrib: T
     if operator == "mean":
         if mean_contrib is None:
             raise ValueError("operator 'mean' needs mean_contrib: compute it with ablation.mean_contributions()")
+        if not isinstance(mean_contrib, Tensor) or tuple(mean_contrib.shape) != (mv.d_model,):
+            got = list(mean_contrib.shape) if isinstance(mean_contrib, Tensor) else type(mean_contrib).__name__
+            raise ValueError(f"ablate: mean_contrib must be [d] = [{mv.d_model}] (one layer's row of "
+                             f"mean_contributions(), e.g. mc[{layer}]), got {got}")
         return _mean_ablate(model, layer, mean_contrib)
     raise ValueError(f"unknown operator {operator!r}: choose one of {OPERATORS}")
 
 
 @torch.no_grad()
 def mean_contributions(model: torch.nn.Module, input_ids: Tensor, *, batch_size: int = 8) -> Tensor:
-    """Mean block contribution h_l − h_{l−1} over all calibration tokens: ``[L, d]`` (AB4)."""
+    """Mean block contribution h_l − h_{l−1} over all calibration tokens: ``[L, d]`` (AB4).
+
+    input_ids: [N, T] calibration windows (N, T >= 1, inside the vocabulary).
+
+    Wietrzykowski (arXiv:2603.19348); AB4 of spec anatomy.md section 3.6.
+    """
+    validate.model_ids(model, input_ids, where="mean_contributions")
+    device = next(model.parameters()).device
     total, count = None, 0
     for i in range(0, input_ids.shape[0], batch_size):
-        ids = input_ids[i:i + batch_size]
+        ids = input_ids[i:i + batch_size].to(device)  # [B, T] on the model's device
         with capture(model, points=("block_in", "block_out")) as cap:
             model(ids)
         diff = (cap["block_out"] - cap["block_in"]).to(torch.float64)  # [L, B, T, d]
@@ -171,14 +182,24 @@ class Intervention:
 
 
 def window_nll(logits: Tensor, input_ids: Tensor) -> Tensor:
-    """Mean next-token NLL per window (nats): logits [B, T, V], ids [B, T] -> [B] (float64)."""
+    """Mean next-token NLL per window (nats): logits [B, T, V], ids [B, T] -> [B] (float64).
+
+    Unchecked (an inner loop of :func:`evaluate_interventions`, which validates its windows once)."""
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
     nll = -lp.gather(-1, input_ids[:, 1:, None])[..., 0]  # [B, T-1]
     return nll.to(torch.float64).mean(dim=1)
 
 
 def token_nll(logits: Tensor, input_ids: Tensor) -> Tensor:
-    """Next-token NLL of every scored token (nats): logits [B, T, V], ids [B, T] -> [B·(T−1)] (float64)."""
+    """Next-token NLL of every scored token (nats): logits [B, T, V], ids [B, T] -> [B·(T−1)] (float64).
+
+    NLL_t = −log softmax(logits_t)[x_{t+1}] (spec 3.2); needs T >= 2 and every id < V.
+    """
+    validate.nll_inputs(logits, input_ids, where="token_nll")
+    return _token_nll(logits, input_ids)
+
+
+def _token_nll(logits: Tensor, input_ids: Tensor) -> Tensor:
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
     return (-lp.gather(-1, input_ids[:, 1:, None])[..., 0]).to(torch.float64).reshape(-1)
 
@@ -196,7 +217,7 @@ class EvalResult:
     meta: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (for :func:`layerlab.core.cache.cached_json`)."""
+        """JSON-ready dict (for ``layerlab.core.cache.cached_json``)."""
         def f(x):
             return None if x is None else np.asarray(x).tolist()
         return {"base": f(self.base), "nll": {k: f(v) for k, v in self.nll.items()}, "n_tokens": self.n_tokens,
@@ -216,17 +237,25 @@ class EvalResult:
 def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventions: Sequence[Intervention], *,
                            batch_size: int = 8, prefix_cache: bool = True, geometry: bool = False,
                            _token_level: bool = False) -> EvalResult:
-    """Evaluate many interventions on the same windows; ``input_ids`` [N, T].
+    """Evaluate many interventions on the same windows; ``input_ids`` [N, T] with N >= 1, T >= 2 (or a
+    list of 1-D sentences of >= 2 tokens each, scored per token).
 
     With ``prefix_cache`` the clean block inputs of each batch are captured once and every intervention
-    runs only blocks ``start..L−1`` plus the unembedding (:func:`layerlab.core.arch.suffix_forward`): exact,
+    runs only blocks ``start..L−1`` plus the unembedding (``layerlab.core.arch.suffix_forward``): exact,
     because an edit of layers ≥ start cannot change h_0..h_{start−1} (spec 6). Otherwise every intervention
     is a full forward pass (the naive reference, bit-identical).
     With ``geometry`` also accumulates ShortGPT Block Influence BI_l = 1 − E_t cos(x_l, x_{l+1})
     (arXiv:2403.03853) and the last-token angular distance (1/π)·arccos cos(x_l, x_{l+1}) (arXiv:2403.17887).
     """
     if isinstance(input_ids, (list, tuple)):
+        if not input_ids:
+            raise ValueError("evaluate_interventions: got an empty list of sentences; pass at least one")
+        for i, ids in enumerate(input_ids):
+            validate.model_ids(model, torch.as_tensor(ids).reshape(1, -1), where="evaluate_interventions",
+                               name=f"sentence {i}", min_tokens=2)
         return _evaluate_sentences(model, input_ids, interventions, prefix_cache=prefix_cache, geometry=geometry)
+    if not _token_level:
+        validate.model_ids(model, input_ids, where="evaluate_interventions", min_tokens=2)
     mv = arch.view(model)
     names = [iv.name for iv in interventions]
     if len(set(names)) != len(names):
@@ -237,17 +266,18 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
     bi_sum = torch.zeros(mv.n_layers, dtype=torch.float64)
     ang_sum = torch.zeros(mv.n_layers, dtype=torch.float64)
     n_tok = n_last = 0
+    device = next(model.parameters()).device  # inputs follow the model; results come back to the CPU
     for i in range(0, input_ids.shape[0], batch_size):
-        ids = input_ids[i:i + batch_size]  # [B, T]
+        ids = input_ids[i:i + batch_size].to(device)  # [B, T]
         with capture(model, points=("block_in", "block_out")) as cap:
             logits = model(ids).logits
-        nll_fn = token_nll if _token_level else window_nll
-        base.append(nll_fn(logits, ids))
+        nll_fn = _token_nll if _token_level else window_nll
+        base.append(nll_fn(logits, ids).cpu())
         if geometry:
             x_in, x_out = cap["block_in"].double(), cap["block_out"].double()  # [L, B, T, d]
             cos = torch.nn.functional.cosine_similarity(x_in, x_out, dim=-1)  # [L, B, T]
-            bi_sum += (1 - cos).sum(dim=(1, 2))
-            ang_sum += torch.arccos(cos[:, :, -1].clamp(-1, 1)).sum(dim=1) / math.pi
+            bi_sum += (1 - cos).sum(dim=(1, 2)).cpu()
+            ang_sum += (torch.arccos(cos[:, :, -1].clamp(-1, 1)).sum(dim=1) / math.pi).cpu()
             n_tok += ids.numel()
             n_last += ids.shape[0]
         block_in = cap["block_in"] if prefix_cache else None
@@ -258,7 +288,7 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
                     lg = arch.suffix_forward(model, block_in[iv.start], iv.start)
                 else:
                     lg = model(ids).logits
-            out[iv.name].append(nll_fn(lg, ids))
+            out[iv.name].append(nll_fn(lg, ids).cpu())
     res = EvalResult(base=torch.cat(base).numpy(), nll={n: torch.cat(v).numpy() for n, v in out.items()},
                      n_tokens=int(input_ids.shape[0] * (input_ids.shape[1] - 1)),
                      meta={"windows": int(input_ids.shape[0]), "window": int(input_ids.shape[1]),
@@ -295,7 +325,10 @@ def _evaluate_sentences(model: torch.nn.Module, sentences: Sequence[Tensor], int
 
 def sweep_interventions(model: torch.nn.Module, operators: Sequence[str], layers: Sequence[int] | None = None, *,
                         mean_contrib: Tensor | None = None) -> list[Intervention]:
-    """One :class:`Intervention` per (operator, layer), named ``"{operator}@{layer}"``."""
+    """One :class:`Intervention` per (operator, layer), named ``"{operator}@{layer}"``.
+
+    Operators of spec anatomy.md section 3.6 (Wietrzykowski (arXiv:2603.19348)).
+    """
     mv = arch.view(model)
     layers = list(range(mv.n_layers)) if layers is None else list(layers)
     for op in operators:
@@ -351,7 +384,10 @@ def effect(base: np.ndarray, other: np.ndarray, *, groups: np.ndarray | None = N
 def effect_table(res: EvalResult, *, tiers: Tiers = Tiers(), groups: np.ndarray | None = None,
                  n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """One row per intervention named ``"{op}@{layer}"`` (others get layer −1): op, layer, effects, tier.
-    Bootstrap units: ``groups`` if given, else ``res.groups`` (sentences), else windows."""
+    Bootstrap units: ``groups`` if given, else ``res.groups`` (sentences), else windows.
+
+    ΔNLL, ΔPPL% and tiers of spec anatomy.md sections 3.2 and 3.9 (Wietrzykowski (arXiv:2603.19348)).
+    """
     groups = res.groups if groups is None else groups
     rows = []
     for name, v in res.nll.items():

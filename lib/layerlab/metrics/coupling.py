@@ -141,7 +141,10 @@ def cross_coupling(
 
 
 def coupling(J1: Tensor, J2: Tensor, k: int, norm: str = "norm", variant: str = "ujv") -> Tensor:
-    """m_K(J1, J2) for one pair of [d, d] Jacobians (see :func:`cross_coupling`). Returns a 0-d tensor."""
+    """m_K(J1, J2) for one pair of [d, d] Jacobians (see :func:`cross_coupling`). Returns a 0-d tensor.
+
+    Aubry et al., ICLR 2025 (arXiv:2407.07810); spec coupling.md section 3.2.
+    """
     return cross_coupling(J1[None], J2[None], (k,)).get(k, norm, variant)[0, 0]
 
 
@@ -155,6 +158,8 @@ def token_coupling(J_tokens: Tensor, ks: Sequence[int] = K_DEFAULT) -> CouplingM
 
     Self-coupling uses the diagonal J^l_tt of the tokens; context coupling uses the context
     Jacobians J^l_{t1 t2} of a fixed input token (over t2) or a fixed output token (over t1).
+
+    Aubry et al., ICLR 2025 (arXiv:2407.07810); spec coupling.md section 3.3.
     """
     return cross_coupling(J_tokens, None, ks)
 
@@ -209,7 +214,7 @@ def neighbour_ratio(mat: Tensor) -> float:
 
 def locality(mat: Tensor) -> float:
     """Layer locality (spec 4.3, claim C7) as a difference, stable when coupling is near zero:
-    mean coupling 1-m over neighbours |l-l'|=1 minus the mean over distant pairs |l-l'|>=2.
+    mean coupling 1-m over neighbours ``|l-l'| = 1`` minus the mean over distant pairs ``|l-l'| >= 2``.
     0 = no locality. mat: [L, L] m_K matrix, L >= 3."""
     L = mat.shape[-1]
     if mat.ndim != 2 or mat.shape[0] != L or L < 3:
@@ -261,7 +266,10 @@ def null_coupling(J: Tensor, ks: Sequence[int] = K_DEFAULT, *, seed: int = 0,
                   svd_J: SVD | None = None) -> dict[str, CouplingMatrices]:
     """Depth coupling of the spectrum-matched null stack and of the rotation null pairs
     (m(J_i, Q_j J_j Q_j^T): every layer's basis rotated independently). The nulls' SVDs are known
-    in closed form (Q1 diag(s) Q2^T; Q U diag(s) (Q V)^T), so no extra SVD is computed."""
+    in closed form (Q1 diag(s) Q2^T; Q U diag(s) (Q V)^T), so no extra SVD is computed.
+
+    Nulls (spec coupling.md section 5) of the m_K metric of Aubry et al., ICLR 2025 (arXiv:2407.07810).
+    """
     J = _check_stack(J)
     S = svd_J if svd_J is not None else svd(J)
     N, d = S.s.shape

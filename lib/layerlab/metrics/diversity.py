@@ -36,12 +36,14 @@ TARGETS = ("onehot", "scaled", "centred")
 class MemberReadout:
     """Raw member readouts of N examples, enough for every truncation depth (spec section 6).
 
-    raw:    [N, M, C] un-normalised member logits R(gamma * u_i) (the frozen-norm lens times r)
-    scales: [N, L+1]  norm denominators r_k recomputed on the partial residual h_k (k = 0: embedding
-                      only, k = L: the full residual, where the lens is exact)
-    bias:   [C]       constant b of the readout (W_U beta + b_U for LayerNorm models, 0 for RMSNorm)
-    labels: [N]       class index in 0..C-1 (or the target token for full-vocabulary readouts)
-    level:  "module" (M = 2L+1, order e, a_1, m_1, ...) or "layer" (M = L+1, order e, b_1, ...)
+    Fields::
+
+        raw:    [N, M, C] un-normalised member logits R(gamma * u_i) (the frozen-norm lens times r)
+        scales: [N, L+1]  norm denominators r_k recomputed on the partial residual h_k (k = 0: embedding
+                          only, k = L: the full residual, where the lens is exact)
+        bias:   [C]       constant b of the readout (W_U beta + b_U for LayerNorm models, 0 for RMSNorm)
+        labels: [N]       class index in 0..C-1 (or the target token for full-vocabulary readouts)
+        level:  "module" (M = 2L+1, order e, a_1, m_1, ...) or "layer" (M = L+1, order e, b_1, ...)
     """
 
     raw: Tensor
@@ -128,7 +130,10 @@ def centre(f: Tensor) -> Tensor:
 # --------------------------------------------------------------------------- Theorem 1 / 3
 @dataclass
 class Decomposition:
-    """Per-example terms [N] and per-member terms [N, M] of one decomposition."""
+    """Per-example terms [N] and per-member terms [N, M] of one decomposition.
+
+    MSE = Bias − Div: Kamigaito et al. 2025 (arXiv:2505.24009), Theorem 1 / Eq. 8.
+    """
 
     mse: Tensor
     bias: Tensor

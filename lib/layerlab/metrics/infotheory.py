@@ -64,6 +64,9 @@ def entropy(*vars_: np.ndarray | None, weights: np.ndarray | None = None, miller
     ``weights`` [N] (non-negative, any scale) turns the rows into an enumerated distribution;
     ``miller_madow`` adds (m - 1) / (2N) nats, m = number of occupied cells (unweighted only).
     Constant (empty) variable lists have entropy 0.
+
+    The entropies behind Kamigaito et al. 2025 (arXiv:2505.24009), Theorems 4-7 (spec diversity.md section 3.6);
+    Miller-Madow: Miller (1955).
     """
     cols = _as_columns(*vars_)
     if not cols:
@@ -91,6 +94,8 @@ def mutual_info(x, y, z=None, *, weights=None, miller_madow: bool = False) -> fl
     """I(X; Y | Z) in bits from plug-in (or Miller-Madow) entropies of one joint; Z optional.
 
     I(X;Y|Z) = H(X,Z) + H(Y,Z) - H(X,Y,Z) - H(Z).
+
+    Kamigaito et al. 2025 (arXiv:2505.24009), Theorems 4-7 (spec diversity.md section 3.6).
     """
     kw = dict(weights=weights, miller_madow=miller_madow)
     return entropy(x, z, **kw) + entropy(y, z, **kw) - entropy(x, y, z, **kw) - entropy(z, **kw)
@@ -126,6 +131,8 @@ def chain_terms(
     ``context`` [N, M] conditions member i on ``context[:, i]`` instead, e.g. the logit-lens
     summary S_{i-1} (column 0 is ignored: member 0 has no predecessors). ``total`` is
     I(U_{1:M};Y) for the exact joint and the sum of the gains otherwise.
+
+    Chain rule of Kamigaito et al. 2025 (arXiv:2505.24009), Eq. 13 as reconstructed in spec diversity.md section 3.6.
     """
     U = np.asarray(U)
     if U.ndim != 2:
@@ -198,7 +205,10 @@ def submodularity_violations(U: np.ndarray, y: np.ndarray, *, weights=None, tol:
 
 
 def bayes_error(U: np.ndarray, y: np.ndarray, *, weights=None) -> float:
-    """Error of the Bayes-optimal decoder of Y from the joint U (empirical / enumerated)."""
+    """Error of the Bayes-optimal decoder of Y from the joint U (empirical / enumerated).
+
+    The error bounded by Kamigaito et al. 2025 (arXiv:2505.24009), Theorem 4 (spec diversity.md section 3.6).
+    """
     u = joint_codes(U)
     yc = joint_codes(y)
     w = np.ones(len(u)) if weights is None else np.asarray(weights, dtype=np.float64)

@@ -124,6 +124,8 @@ def manipulation_interventions(model: torch.nn.Module, targets: dict[str, Sequen
 
     targets: name -> layers (e.g. ``{"L11": [11], "redundant": [...], "all": range(L)}``);
     configs: name -> keyword arguments of :func:`manipulate` including ``strategy``.
+
+    Strategies of spec anatomy.md section 3.8 (Wietrzykowski (arXiv:2603.19348), finding 4).
     """
     ivs = []
     thetas: dict[str, dict[str, Tensor]] = {}

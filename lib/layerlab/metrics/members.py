@@ -84,6 +84,8 @@ def collect(
     length are batched with right padding: a causal model's output at position t never sees later
     (pad) tokens, so the read positions are unaffected. Features keep the model's dtype (fp64 for
     identity tests).
+
+    Members of Kamigaito et al. 2025 (arXiv:2505.24009), Eq. 1; spec diversity.md sections 3.1-3.2.
     """
     _check_additive(model)
     v = view(model)
@@ -129,7 +131,10 @@ class Readout:
 
 
 def lens_readout(model: nn.Module, token_ids: Sequence[int] | None = None) -> Readout:
-    """Rows of the unembedding for the verbaliser tokens (all tokens if None), with its bias."""
+    """Rows of the unembedding for the verbaliser tokens (all tokens if None), with its bias.
+
+    Verbaliser readout of Kamigaito et al. 2025 (arXiv:2505.24009), Eq. 1; spec diversity.md section 3.7.
+    """
     v = view(model)
     W = v.unembed.weight.detach()
     b = getattr(v.unembed, "bias", None)
@@ -161,7 +166,10 @@ def fit_head(features: MemberFeatures, n_classes: int, *, C: float = 1.0, seed: 
 
 def apply_readout(features: MemberFeatures, readout: Readout, *, dtype=torch.float64) -> MemberReadout:
     """Member logits through ``readout``: raw_i = W g_i, bias = W beta + b, so that
-    sum_i raw_i / r_L + bias = W N_f(h_L) + b (exact for the lens: the model's logits)."""
+    sum_i raw_i / r_L + bias = W N_f(h_L) + b (exact for the lens: the model's logits).
+
+    Member logits of Kamigaito et al. 2025 (arXiv:2505.24009), Eq. 1.
+    """
     W = readout.W.to(dtype)
     raw = features.g.to(dtype) @ W.T  # [N, M, C]
     bias = W @ features.beta.to(dtype) + readout.b.to(dtype)

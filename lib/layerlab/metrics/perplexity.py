@@ -57,7 +57,10 @@ def token_nll(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 8, *,
 
 @dataclass(frozen=True)
 class PerplexityResult:
-    """NLL/token (nats), perplexity and bits/byte with 95% CIs; per-window NLL sums for re-analysis."""
+    """NLL/token (nats), perplexity and bits/byte with 95% CIs; per-window NLL sums for re-analysis.
+
+    CIs by percentile bootstrap (Efron & Tibshirani 1993, ch. 13).
+    """
 
     nll: CI
     ppl: CI
@@ -106,6 +109,8 @@ def evaluate(model: nn.Module, windows: TokenWindows, *, batch_size: int = 8, n_
 
     cache_key: identifies the model (e.g. ``{"model": "smollm2-135m", "random_init": False}``); when
     given, per-window NLL sums are cached (``layerlab.core.cache``) under it and the windows' fingerprint.
+
+    Percentile bootstrap: Efron & Tibshirani 1993, ch. 13; formulas in ``layerlab.metrics.perplexity``.
     """
     if len(windows) < 2:
         raise ValueError(f"need at least 2 windows for a CI, got {len(windows)}; lower `window` or raise "

@@ -199,7 +199,10 @@ def predictability_table(stacks: dict[str, Tensor], null_stacks: dict[str, Tenso
                          frac: float = 0.3, seed: int = 0, n_shuffles: int = 20, lam: float = 0.0,
                          degree: int = 2) -> pd.DataFrame:
     """Long table: component, predictor (e.g. ``P1_level``), r2 (real), N1 (random init), N2 mean and 95%
-    range over ``n_shuffles`` layer-order permutations, all on the same held-out layers."""
+    range over ``n_shuffles`` layer-order permutations, all on the same held-out layers.
+
+    Predictors P1–P5 and nulls N1/N2: spec anatomy.md sections 3.4 and 5 (Wietrzykowski (arXiv:2603.19348), finding 1).
+    """
     n_layers = next(iter(stacks.values())).shape[0]
     train, held = split_layers(n_layers, frac=frac, seed=seed)
     rng = np.random.default_rng(seed + 1)
@@ -228,7 +231,7 @@ def predict_layers(stacks: dict[str, Tensor], layers: Sequence[int], *, mode: st
 
     The lag ridge is fitted on ``fit_layers`` (default: all layers). mode ``"teacher"``: each prediction
     uses the real earlier layers; ``"generated"``: it uses earlier *predicted* layers where they exist
-    (error accumulation). ``thetas``: precomputed :func:`lag_thetas` (same lags). Returns
+    (error accumulation). ``thetas``: precomputed ``lag_thetas`` (same lags). Returns
     {layer: {component: tensor shaped like the real weight}}.
     """
     if mode not in ("teacher", "generated"):

@@ -56,7 +56,8 @@ def perturb(model: torch.nn.Module, layer: int, sigma_rel: float, *, kind: str =
                 saved.append((p, p.detach().clone()))
                 if sigma_rel == 0:
                     continue
-                noise = torch.randn(p.shape, generator=g, dtype=p.dtype)
+                # drawn on the CPU so that a seed gives the same noise on every device
+                noise = torch.randn(p.shape, generator=g, dtype=p.dtype).to(p.device)
                 if kind == "additive":
                     p.add_(sigma_rel * p.std() * noise)
                 else:
@@ -70,7 +71,10 @@ def perturb(model: torch.nn.Module, layer: int, sigma_rel: float, *, kind: str =
 
 @dataclass
 class RecoveryCurve:
-    """One perturb-and-fine-tune run: NLL (nats per token) on the evaluation windows at ``steps``."""
+    """One perturb-and-fine-tune run: NLL (nats per token) on the evaluation windows at ``steps``.
+
+    Spec anatomy.md section 3.7 (Wietrzykowski (arXiv:2603.19348), finding 3).
+    """
 
     layer: int
     sigma_rel: float
@@ -123,6 +127,8 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
 
     The model is returned unchanged. With scope ``"layer"`` the frozen prefix (blocks < layer) is computed
     once and only blocks ≥ layer run forward and backward. ``seed`` drives the noise and the batch order.
+
+    Protocol of spec anatomy.md section 3.7 (Wietrzykowski (arXiv:2603.19348), finding 3).
     """
     mv = arch.view(model)
     mv.check_layer(layer)
@@ -134,6 +140,8 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
                     else list({p.data_ptr(): p for p in model.parameters()}.values()))
     start = layer if scope == "layer" else 0
     use_prefix = scope == "layer" and layer > 0
+    device = next(model.parameters()).device
+    train_ids, eval_ids = train_ids.to(device), eval_ids.to(device)  # [N, T] each, on the model's device
     base = _eval_nll(model, eval_ids, 0, None, eval_batch_size)
     flags = [(p, p.requires_grad) for p in model.parameters()]
     snapshot = [(p, p.detach().clone()) for p in train_params]

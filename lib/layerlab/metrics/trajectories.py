@@ -59,7 +59,10 @@ class LogLinearFit:
 
 
 def loglinear_fit(y: Tensor) -> LogLinearFit:
-    """Fit log y = a + b l by least squares. y: [n] positive values."""
+    """Fit log y = a + b l by least squares. y: [n] positive values.
+
+    Exponential spacing of Aubry et al., ICLR 2025 (arXiv:2407.07810); spec coupling.md section 3.6.
+    """
     y = torch.as_tensor(y, dtype=torch.float64).flatten()
     if y.numel() < 2 or not bool((y > 0).all()):
         raise ValueError(f"loglinear_fit needs >= 2 positive values, got {y.tolist()}")

@@ -151,6 +151,8 @@ def delta_table(model: torch.nn.Module | dict[str, Tensor], components: tuple[st
     summary: component, mean delta correlation with a bootstrap 95% CI over the L−2 pairs, ρ1, ρ2, the
     analytic value implied by (ρ1, ρ2), the −0.5 null, the sampling tolerance of one pair, and the
     number of entries. per-pair: component, pair (l = first delta's lower layer), rho.
+
+    Delta correlation and its −0.5 null: spec anatomy.md section 3.3 (Wietrzykowski (arXiv:2603.19348), finding 1).
     """
     from layerlab.report.stats import bootstrap_ci
 

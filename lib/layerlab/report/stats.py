@@ -78,6 +78,8 @@ def bootstrap_ci(x: Any, stat: Callable[[np.ndarray], float] = np.mean, *, n_boo
 
     x: [n] or [n, ...] (2-D lets ``stat`` combine columns, e.g. a ratio of sums);
     groups: [n] labels for a cluster bootstrap (whole groups are resampled with replacement).
+
+    Efron & Tibshirani 1993, ch. 13 (percentile bootstrap; cluster bootstrap over ``groups``).
     """
     arr = as_numpy(x)
     n = arr.shape[0] if arr.ndim else 0
@@ -103,7 +105,10 @@ def bootstrap_ci(x: Any, stat: Callable[[np.ndarray], float] = np.mean, *, n_boo
 def paired_bootstrap_ci(a: Any, b: Any, stat: Callable[[np.ndarray], float] = np.mean, *, n_boot: int = 2000,
                         seed: int = 0, groups: Sequence[Any] | np.ndarray | None = None,
                         level: float = 0.95) -> CI:
-    """CI of ``stat(a) - stat(b)`` with pairs (a_i, b_i) resampled jointly (a, b: [n])."""
+    """CI of ``stat(a) - stat(b)`` with pairs (a_i, b_i) resampled jointly (a, b: [n]).
+
+    Efron & Tibshirani 1993, ch. 13.
+    """
     a_, b_ = as_numpy(a), as_numpy(b)
     if a_.shape != b_.shape:
         raise ValueError(f"paired samples must have the same shape, got {a_.shape} and {b_.shape}")
@@ -194,7 +199,10 @@ def r2(y: Any, yhat: Any) -> float:
 
 def r2_ci(y: Any, yhat: Any, *, n_boot: int = 2000, seed: int = 0, groups: Any = None,
           level: float = 0.95) -> CI:
-    """R^2 of predictions ``yhat`` for ``y`` ([n] each) with a bootstrap CI over examples (or groups)."""
+    """R^2 of predictions ``yhat`` for ``y`` ([n] each) with a bootstrap CI over examples (or groups).
+
+    Percentile bootstrap: Efron & Tibshirani 1993, ch. 13.
+    """
     y_, p_ = _xy(y, yhat)
     return bootstrap_ci(np.stack([y_, p_], 1), lambda z: r2(z[:, 0], z[:, 1]), n_boot=n_boot, seed=seed,
                         groups=groups, level=level)

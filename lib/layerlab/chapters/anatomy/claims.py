@@ -3,7 +3,7 @@
 Wietrzykowski, *Anatomical Heterogeneity in Transformer Language Models* (arXiv:2603.19348); claim ids and
 the paper's numbers/tags follow the project spec ``shared/papers/anatomy.md`` section 2, the tests section 5.
 Every decision rule is written out here so the chapter can quote it; GTT claims (A11–A13) belong to the
-growth chapter.
+growth chapter. :func:`claims` turns an :class:`~layerlab.chapters.anatomy.run.AnatomyResult` into the rows.
 """
 
 from __future__ import annotations
@@ -11,9 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from layerlab.chapters.anatomy.run import AnatomyResult
 from layerlab.metrics.ablation import PAPER_ANTI, PAPER_CORE, paper_layers
+from layerlab.metrics.recovery import recovery_vs_importance
 from layerlab.report.claims import Claim, verdict_from_ci, verdict_within
 from layerlab.report.stats import bootstrap_ci
+
+__all__ = ["DELTA_BAND", "R2_BAND", "ablation_claims", "claims", "generation_claims", "manipulation_claim",
+           "recovery_claim", "summary", "weight_claims"]
 
 #: "≈ −0.50": the band within which a measured delta correlation counts as reproducing the paper's value.
 DELTA_BAND = (-0.55, -0.45)
@@ -21,18 +26,41 @@ DELTA_BAND = (-0.55, -0.45)
 R2_BAND = (0.81, 1.0)
 
 
+def claims(result: AnatomyResult) -> list[Claim]:
+    """All claim rows of the chapter, in the order the book prints them (A1, A2, A2-osc, A3, A4, H1, A5,
+    A7, A6, A9, A10)."""
+    r, P = result, result.preset
+    ci = bootstrap_ci(r.sentence_nll, n_boot=P.n_boot, seed=P.seed, groups=r.sentence_groups)
+    rows = weight_claims(r) + generation_claims(r.replacement, r.n_layers)
+    rows += ablation_claims(r.ablation, float(np.exp(ci.estimate)), (float(np.exp(ci.low)), float(np.exp(ci.high))),
+                            r.n_layers)
+    prof = r.ablation
+    imp = prof[(prof.op == "neighbour_avg") & (prof.protocol == "large")].set_index("layer").dnll.to_dict()
+    perturbed = [c for c in r.curves if c.sigma_rel > 0]
+    if len({c.layer for c in perturbed}) >= 4:
+        rows.append(recovery_claim(recovery_vs_importance(perturbed, imp, seed=P.seed),
+                                   len({c.layer for c in perturbed}), "AUC"))
+    rows += manipulation_claim(r.manipulation)
+    return rows
+
+
+def summary(rows: list[Claim]) -> dict[str, int]:
+    """The claim table's counts the prose glues: ``n_claims`` rows, ``n_supported`` supported."""
+    return {"n_claims": len(rows), "n_supported": sum(c.verdict == "supported" for c in rows)}
+
+
 def _row(profile: pd.DataFrame, op: str, protocol: str, layer: int) -> pd.Series | None:
     t = profile[(profile.op == op) & (profile.protocol == protocol) & (profile.layer == layer)]
     return None if t.empty else t.iloc[0]
 
 
-def weight_claims(w: dict, *, component: str = "gate", predictor: str = "P1") -> list[Claim]:
+def weight_claims(r: AnatomyResult, *, component: str = "gate", predictor: str = "P1") -> list[Claim]:
     """A1 (R² = 0.91 for gate_proj) and A2 (delta correlation ≈ −0.5, and 'oscillation' beyond the nulls)."""
-    sp = w["r2_splits"]
+    sp = r.r2_splits
     real = sp[(sp.component == component) & (sp.model == "real") & (sp.predictor == predictor)].level.to_numpy()
     null = sp[(sp.component == component) & (sp.model == "N1") & (sp.predictor == predictor)].level.to_numpy()
     lo, hi = np.quantile(real, [0.025, 0.975])
-    pt = w["predictability"]
+    pt = r.predictability
     best = pt[pt.component == component].sort_values("r2", ascending=False).iloc[0]
     n2 = pt[(pt.component == component) & (pt.predictor == f"{predictor}_level")].iloc[0]
     a1 = Claim("A1", f"Weights are regular across depth: held-out R² of {component}_proj ({predictor}, level)",
@@ -42,13 +70,13 @@ def weight_claims(w: dict, *, component: str = "gate", predictor: str = "P1") ->
                verdict_within(float(lo), float(hi), R2_BAND),
                f"interval over {len(real)} random held-out splits; best variant for {component}: "
                f"{best.predictor} = {best.r2:.3g}; predictor of the paper unknown")
-    d = w["delta"]
-    ci = bootstrap_ci(w["delta_pairs"].rho.to_numpy(), seed=0)
-    dn = w["delta_null"]
+    d = r.delta
+    ci = bootstrap_ci(r.delta_pairs.rho.to_numpy(), seed=0)
+    dn = r.delta_null
     a2 = Claim("A2", "Consecutive weight deltas correlate at ≈ −0.50 (mean over components and pairs)",
                "≈ −0.50 for all components", "paper", ci.estimate, ci.low, ci.high,
                f"analytic null −0.5 (exchangeable layers); N1 random init {dn.delta_corr.mean():.3g}; "
-               f"N2 shuffled {w['delta_shuffled'].delta_corr.mean():.3g}",
+               f"N2 shuffled {r.delta_shuffled.delta_corr.mean():.3g}",
                verdict_within(ci.low, ci.high, DELTA_BAND),
                f"per component: {', '.join(f'{c} {v:.3f}' for c, v in zip(d.component, d.delta_corr))}")
     excl = ci.high < -0.5 or ci.low > -0.5

@@ -1,21 +1,27 @@
-"""Figures of the anatomy chapter (drawn from result tables; no computation here).
+"""Figures of the anatomy chapter, each drawn from an :class:`AnatomyResult` (no computation here).
 
 Wietrzykowski, *Anatomical Heterogeneity in Transformer Language Models* (arXiv:2603.19348); layout per
 the project spec ``shared/papers/anatomy.md`` section 4 (4.1 delta correlations and R², 4.2 generation,
-4.3 ablation profile, 4.4 recovery curves, 4.5 manipulation).
+4.3 ablation profile, 4.4 recovery curves, 4.5 manipulation). :func:`use_style` is the book's style
+(``layerlab.report.plots``).
 """
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 
-from layerlab.report.plots import FIGSIZE, layer_axis
+from layerlab.chapters.anatomy.presets import PRIMARY_OPS, SECONDARY_OPS
+from layerlab.chapters.anatomy.run import AnatomyResult
+from layerlab.report.plots import FIGSIZE, layer_axis, use_style
+
+__all__ = ["ablation_figure", "alpha_figure", "delta_figure", "r2_figure", "recovery_figure", "replacement_figure",
+           "use_style"]
 
 
-def delta_figure(pairs: pd.DataFrame, null_pairs: pd.DataFrame):
+def delta_figure(r: AnatomyResult):
     """ρ_l per component vs depth (real: lines; random-init N1: grey), with the −0.5 null."""
+    pairs, null_pairs = r.delta_pairs, r.delta_null_pairs
     fig, ax = plt.subplots(figsize=FIGSIZE["wide"])
     for comp, g in pairs.groupby("component", sort=False):
         ax.plot(g.pair, g.rho, marker=".", label=comp)
@@ -28,8 +34,9 @@ def delta_figure(pairs: pd.DataFrame, null_pairs: pd.DataFrame):
     return fig
 
 
-def r2_figure(pred: pd.DataFrame):
+def r2_figure(r: AnatomyResult):
     """Held-out R² per predictor variant, real vs N1 (random init) vs N2 (shuffled, 95% range)."""
+    pred = r.predictability
     comps = list(dict.fromkeys(pred.component))
     variants = list(dict.fromkeys(pred.predictor))
     fig, axes = plt.subplots(1, len(variants), figsize=(min(2.0 * len(variants), 16), 3.4), sharey=False)
@@ -51,8 +58,11 @@ def r2_figure(pred: pd.DataFrame):
     return fig
 
 
-def ablation_figure(profile: pd.DataFrame, protocol: str, ops: list[str], n_layers: int):
-    """ΔNLL per layer with 95% CI band, one line per operator, symlog y axis."""
+def ablation_figure(r: AnatomyResult, protocol: str = "large"):
+    """ΔNLL per layer with 95% CI band, one line per operator of ``protocol`` (large: the primary operators;
+    small: the secondary ones; sentences: the preset's ``sentence_ops``), symlog y axis."""
+    ops = {"large": PRIMARY_OPS, "small": SECONDARY_OPS, "sentences": r.preset.sentence_ops}[protocol]
+    profile, n_layers = r.ablation, r.n_layers
     fig, ax = plt.subplots(figsize=FIGSIZE["wide"])
     for op in ops:
         t = profile[(profile.op == op) & (profile.protocol == protocol)].sort_values("layer")
@@ -69,8 +79,9 @@ def ablation_figure(profile: pd.DataFrame, protocol: str, ops: list[str], n_laye
     return fig
 
 
-def replacement_figure(rep: pd.DataFrame):
+def replacement_figure(r: AnatomyResult):
     """PPL vs number of replaced deepest layers (teacher-forced and generated), log y."""
+    rep = r.replacement
     fig, ax = plt.subplots(figsize=FIGSIZE["single"])
     for prefix, label in (("deepest", "teacher-forced"), ("gen-deepest", "generated")):
         t = rep[rep.name.str.match(rf"^{prefix}\d+$")].copy()
@@ -87,8 +98,9 @@ def replacement_figure(rep: pd.DataFrame):
     return fig
 
 
-def recovery_figure(curves: list):
+def recovery_figure(r: AnatomyResult):
     """Excess NLL (vs the clean baseline) during fine-tuning, one line per run."""
+    curves = r.curves
     fig, ax = plt.subplots(figsize=FIGSIZE["single"])
     for c in curves:
         ls = ":" if c.sigma_rel == 0 else "-"
@@ -102,8 +114,9 @@ def recovery_figure(curves: list):
     return fig
 
 
-def alpha_figure(manip: pd.DataFrame, target: str):
+def alpha_figure(r: AnatomyResult, target: str = "redundant"):
     """ΔPPL% vs α for weight scaling (all matrices and residual writers only) on one target."""
+    manip = r.manipulation
     fig, ax = plt.subplots(figsize=FIGSIZE["single"])
     for suffix, label in (("", "all matrices"), ("-writers", "o/down only")):
         t = manip[(manip.target == target) & manip.config.str.match(rf"^scale[\d.]+{suffix}$")].copy()

@@ -1,155 +1,46 @@
-"""Presets, the Fig. 1a data file and the claim table of the coupling chapter.
+"""The coupling chapter's claim rows, from a :class:`~layerlab.chapters.coupling.run.CouplingResult`.
 
-Aubry, Meng, Sugolov, Papyan, *Transformer Block Coupling and its Correlation with Generalization in
-LLMs*, ICLR 2025 (arXiv:2407.07810). Spec: ``coupling.md``. The notebook ``notebooks/coupling.ipynb``
-picks a preset by profile name and calls the runners of :mod:`layerlab.chapters.coupling.runs` and
-:mod:`layerlab.training.vit`; :func:`claims` turns their results into the chapter's claim table.
-
-``fig1a_leaderboard.csv``: the Fig. 1a read-off values of the spec (coupling and Open LLM
-Leaderboard v1 average, read by eye; low/high columns are the stated reading precision, or the range
-of a cluster whose points cannot be separated) with a provenance column; the hub ids are our mapping
-of the figure's labels [reconstructed]. Nine points have no read-off values.
+C1-C3: depth-wise and token-wise coupling against the spectrum-matched null and the random-init twins;
+C4/C5: coupling vs held-out NLL across the trained family and against competing predictors; C6/C7:
+coupling over training and its layer locality (Fig. 1b-e); C8/C9: linearity and exponential spacing of
+trajectories; C10: the ViT; Q1: the Q4_1 round-trip control; S1: the frozen-context speed goal.
+Aubry et al., ICLR 2025 (spec ``coupling.md`` section 5).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from layerlab.core.profiles import select
+from layerlab.chapters.coupling.run import CouplingResult
+from layerlab.chapters.coupling.stats import diff_ci, middle_step
+from layerlab.chapters.coupling.stats import mean_ci as _mean_ci
 from layerlab.report.claims import Claim, verdict_from_ci
-from layerlab.report.stats import CI, bootstrap_ci
-from layerlab.training.vit import ViTConfig
+from layerlab.report.stats import CI, bootstrap_ci, spearman
 
-FIG1A_CSV = Path(__file__).parent / "fig1a_leaderboard.csv"
-PYTHIA_STEPS = (128, 256, 512, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000, 143000)  # Fig. 1b [paper]
+__all__ = ["claims", "verdict_glue"]
 
 
-@dataclass(frozen=True)
-class CouplingPreset:
-    """One profile of the coupling chapter (see the notebook for what each field drives)."""
-
-    model: str  # main model: layerlab.core.models.load_model name or hub id
-    n_prompts: int  # held-out prompts for the depth-wise analysis
-    max_tokens: int  # prompt length cap
-    ks: tuple[int, ...]  # K values (released: 10, 30, 50)
-    init_seeds: tuple[int, ...]  # random-init twins
-    n_init_prompts: int  # prompts per random-init twin
-    n_null: int  # prompts with spectrum/rotation nulls and authors_compat endpoints
-    panel_layers: tuple[int, ...]  # consecutive blocks of the |A| grid
-    token_layers: tuple[int, int]  # layer pair of the token-wise analysis
-    n_tokens: int  # token-wise grid size
-    family_profile: str  # layerlab.training.family profile
-    family_prompts: int
-    family_max_tokens: int
-    family_ks: tuple[int, ...]
-    checkpoint_filter: dict = field(default_factory=dict)  # family members followed over training
-    locality_filter: dict = field(default_factory=dict)  # members of the circle graphs / locality test (C7)
-    quant_filter: dict = field(default_factory=dict)  # members of the Q4_1 round-trip control
-    vit: tuple[ViTConfig, ...] = (ViTConfig(),)
-    vit_images: int = 16
-    vit_ks: tuple[int, ...] = (5, 10)
-    speed_layers: tuple[int, ...] = (0,)
-    fig1a_models: tuple[str, ...] = ()  # gpu only: the 28 models of Fig. 1a (hub ids)
-    pythia: tuple[str, ...] = ()  # gpu only: Pythia runs followed over PYTHIA_STEPS
-    pythia_steps: tuple[int, ...] = ()
-    seed: int = 0
+def claims(result: CouplingResult) -> list[Claim]:
+    """The chapter's claim table rows, in the order the book prints them."""
+    r = result
+    return _claims(trained=r.trained, init=r.init, k=r.k, tokens=r.tokens, family_stats=r.family_stats,
+                   ckpt=r.checkpoints, vit_rows=r.vit_rows, speed=r.speed, coupling_col=r.coupling_col,
+                   model_note=r.model_note, locality=r.locality, quant=r.quant)
 
 
-def fig1a_table() -> pd.DataFrame:
-    """The Fig. 1a read-off values (28 rows; NaN where the spec gives no value)."""
-    return pd.read_csv(FIG1A_CSV)
+def verdict_glue(rows: list[Claim]) -> dict:
+    """``{"verdict_<id>": Markdown("**<verdict>**")}`` for the closing note's ``{glue:md}`` references."""
+    from IPython.display import Markdown
+
+    return {f"verdict_{c.id}": Markdown(f"**{c.verdict}**") for c in rows}
 
 
-PRESETS: dict[str, CouplingPreset] = {
-    "smoke": CouplingPreset(
-        model="tiny-llama", n_prompts=3, max_tokens=24, ks=(4, 8, 16), init_seeds=(0, 1), n_init_prompts=2,
-        n_null=2, panel_layers=(0, 1, 2, 3), token_layers=(1, 2), n_tokens=5, family_profile="smoke",
-        family_prompts=2, family_max_tokens=24, family_ks=(4, 8), checkpoint_filter={"depth": 2, "width": 32},
-        locality_filter={"depth": 3}, quant_filter={"depth": 3},
-        vit=(ViTConfig(d_model=16, n_layers=3, steps=30, n_checkpoints=3),), vit_images=2, vit_ks=(4, 8)),
-    "cpu": CouplingPreset(
-        model="smollm2-135m", n_prompts=16, max_tokens=64, ks=(10, 30, 50), init_seeds=(0, 1, 2),
-        n_init_prompts=2, n_null=4, panel_layers=tuple(range(8, 16)), token_layers=(12, 13), n_tokens=12,
-        family_profile="cpu", family_prompts=4, family_max_tokens=64, family_ks=(5, 10, 20),
-        checkpoint_filter={"depth": 4, "width": 64, "lr": 3e-3},
-        locality_filter={"depth": 12, "width": 64, "lr": 3e-3}, quant_filter={"width": 64, "lr": 3e-3, "seed": 0},
-        vit=(ViTConfig(), ViTConfig(dataset="fashion-mnist", patch=4, eval_images=2000)), vit_images=16),
-    "gpu": CouplingPreset(
-        model="meta-llama/Meta-Llama-3-8B", n_prompts=100, max_tokens=64, ks=(10, 30, 50), init_seeds=(0, 1, 2),
-        n_init_prompts=16, n_null=16, panel_layers=tuple(range(9, 17)), token_layers=(12, 13), n_tokens=12,
-        family_profile="gpu", family_prompts=16, family_max_tokens=64, family_ks=(10, 30, 50),
-        checkpoint_filter={"depth": 8, "width": 256, "lr": 1e-3},
-        locality_filter={"depth": 24, "width": 256, "lr": 1e-3}, quant_filter={"width": 256, "lr": 1e-3, "seed": 0},
-        vit=(ViTConfig(), ViTConfig(dataset="fashion-mnist", patch=4, d_model=64, n_layers=6, steps=3000)),
-        vit_images=64, fig1a_models=tuple(fig1a_table()["hub_id"]),
-        pythia=("EleutherAI/pythia-6.9b", "EleutherAI/pythia-12b"), pythia_steps=PYTHIA_STEPS),
-}
-
-
-def preset(profile: str) -> CouplingPreset:
-    """The preset of ``profile`` (raises a clear ValueError for unknown names)."""
-    p = select(PRESETS, profile)
-    if len(p.fig1a_models) not in (0, 28):
-        raise ValueError(f"the gpu preset must list the 28 Fig. 1a models, got {len(p.fig1a_models)}")
-    return p
-
-
-def speed_side_by_side(model, ids, label: str, ref_layers: tuple[int, ...] = (0,)) -> dict:
-    """The bench measurement, run in the chapter: frozen-context Jacobians of *all* blocks (one prefix
-    pass shared by every block, as in a real run) and the authors' reference (d VJPs through the whole
-    prompt) on ``ref_layers``, extrapolated to all blocks; timed side by side in one process and cached
-    as JSON (a measurement with its thread count, not a recomputable result)."""
-    import time
-
-    import torch
-
-    from layerlab.core import jacobians as jac
-    from layerlab.core.arch import view
-    from layerlab.core.cache import cached_json, fingerprint
-
-    def compute() -> dict:
-        L = view(model).n_layers
-        t0 = time.perf_counter()
-        A = jac.frozen_context_jacobians(model, ids)
-        fast = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        R = jac.reference_jacobians(model, ids, layers=list(ref_layers))
-        ref = (time.perf_counter() - t0) / len(ref_layers)
-        err = float((A[list(ref_layers)] - R).norm() / R.norm())
-        return {"label": label, "tokens": int(ids.shape[1]), "blocks": L, "layers": list(ref_layers),
-                "frozen_s_all_blocks": fast, "frozen_s_per_block": fast / L, "reference_s_per_block": ref,
-                "reference_s_all_blocks_extrapolated": ref * L, "ratio": ref * L / fast, "rel_error": err,
-                "threads": torch.get_num_threads()}
-
-    key = {"label": label, "ids": fingerprint(ids), "layers": list(ref_layers)}
-    return cached_json("coupling-speed-all", key, compute, sources=(__name__, "layerlab.core.models"))
-
-
-# --------------------------------------------------------------------------------- claim table
-def _mean_ci(x, seed: int = 0):
-    x = np.asarray(x, float)
-    x = x[np.isfinite(x)]
-    return bootstrap_ci(x, seed=seed) if len(x) >= 2 else None
-
-
-def claims(*, trained: pd.DataFrame, init: pd.DataFrame, k: int, tokens: dict, family_stats: pd.DataFrame,
+def _claims(*, trained: pd.DataFrame, init: pd.DataFrame, k: int, tokens: dict, family_stats: pd.DataFrame,
            ckpt: pd.DataFrame, vit_rows: dict[str, list[dict]], speed: dict, coupling_col: str,
            model_note: str = "", locality: pd.DataFrame | None = None,
            quant: pd.DataFrame | None = None) -> list[Claim]:
-    """The chapter's claim table from the experiment results (see the notebook for each input).
-
-    trained/init: per-prompt summaries (:func:`layerlab.chapters.coupling.runs.summarise`) of the main model
-    and its random-init twins; tokens: token-wise self-coupling per prompt {"self", "self_null",
-    "self_init"} (trained, its spectrum-matched null, the random-init twin);
-    family_stats: :func:`layerlab.chapters.coupling.runs.predictor_stats` of held-out NLL; ckpt: checkpoint
-    table; vit_rows: {dataset: :func:`layerlab.training.vit.vit_coupling_curve`}; speed: :func:`speed_side_by_side`;
-    locality: :func:`layerlab.chapters.coupling.runs.locality_run` rows; quant:
-    :func:`layerlab.chapters.coupling.runs.quantisation_control` rows.
-    """
+    """The claim rows from the experiment results (the fields of :class:`CouplingResult` of the same names)."""
     out: list[Claim] = []
     col = f"C_l2@{k}"
     nul = trained[f"spectrum:{col}"].dropna()
@@ -194,14 +85,6 @@ def claims(*, trained: pd.DataFrame, init: pd.DataFrame, k: int, tokens: dict, f
                      f"best competitor {best}: R^2 = {others.loc[best, 'R2']:.2f}", verdict,
                      "R^2(coupling) - R^2(best competitor); supported only if the CIs separate"))
     return _tail(out, trained, init, k, ckpt, vit_rows, speed, coupling_col, locality, quant)
-
-
-def middle_step(steps, fraction: float = 4000 / 143000) -> int:
-    """The checkpoint closest (in log steps) to ``fraction`` of training: the paper's Fig. 1d shows
-    Pythia step 4000 of 143000."""
-    steps = sorted(s for s in steps if s > 0)
-    target = np.log(fraction * steps[-1])
-    return min(steps, key=lambda s: abs(np.log(s) - target))
 
 
 def _locality_claim(loc: pd.DataFrame) -> Claim:
@@ -256,8 +139,6 @@ def _tail(out: list[Claim], trained: pd.DataFrame, init: pd.DataFrame, k: int, c
                      "layer-wise exponential growth", "paper", ci.estimate, ci.low, ci.high,
                      f"random init slope {init['step_slope'].mean():.3f}", verdict_from_ci(ci.low, ci.high),
                      f"R^2 of the log-linear fit {trained['step_r2'].mean():.2f}; expodistance formula unknown"))
-    from layerlab.report.stats import spearman
-
     for dataset, rows in vit_rows.items():
         v = pd.DataFrame(rows)
         vcol = [c for c in v.columns if c.startswith("last:C_l2@")][-1]
@@ -280,13 +161,3 @@ def _tail(out: list[Claim], trained: pd.DataFrame, init: pd.DataFrame, k: int, c
                      f"{speed.get('label')}, {speed['tokens']}-token prompt, all blocks vs reference on blocks "
                      f"{speed['layers']} extrapolated; rel. error {speed['rel_error']:.1e}"))
     return out
-
-
-def diff_ci(a: pd.Series, b: pd.Series, seed: int = 0):
-    """Two-sample percentile-bootstrap CI of mean(a) - mean(b) (different prompts/models: unpaired)."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-    rng = np.random.default_rng(seed)
-    reps = [rng.choice(a, len(a)).mean() - rng.choice(b, len(b)).mean() for _ in range(2000)]
-    lo, hi = np.percentile(reps, [2.5, 97.5])
-    return CI(float(a.mean() - b.mean()), float(lo), float(hi))

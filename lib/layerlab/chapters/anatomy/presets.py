@@ -1,0 +1,98 @@
+"""The anatomy chapter's presets: one frozen dataclass per profile (Wietrzykowski 2026, arXiv:2603.19348).
+
+``smoke`` runs an 18-layer random tiny Llama on a few hundred tokens (it checks the plumbing, not the
+paper); ``cpu`` the offline SmolLM2-135M-Instruct (Q4_1 dequantised to float32), sized for about a quarter
+of an hour on two cores; ``gpu`` the hub's base SmolLM2-135M (the paper's model) with the full protocol.
+Token budgets are scored tokens; layers are 0-based.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from layerlab.core.protocol import Preset, make_preset
+
+__all__ = ["PRESETS", "PRIMARY_OPS", "SECONDARY_OPS", "AnatomyPreset", "preset"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnatomyPreset(Preset):
+    """Settings of one profile (pick one with :func:`preset`). Lists given for tuple fields (papermill
+    passes lists) are stored as tuples."""
+
+    model: str  # layerlab.core.models.load_model name
+    null_seed: int = 1  # seed of the random-init null model N1
+    tiny_layers: int | None = None        # tiny-* models only: depth of the random model
+    window: int = 256
+    batch_size: int = 8
+    ablation_tokens: int = 32_768         # skip + neighbour_avg (the primary operators)
+    ablation_tokens_small: int = 4_096    # skip_attn, skip_mlp, mean (documented subset)
+    calib_tokens: int = 4_096             # mean-ablation calibration (validation split)
+    sentences: int = 10                   # the paper's 10-sentence protocol
+    sentence_ops: tuple[str, ...] = ("skip", "neighbour_avg", "skip_attn", "skip_mlp", "mean")
+    replacement_tokens: int = 4_096
+    replacement_ks: tuple[int, ...] = (1, 2, 4, 9, 16)
+    replacement_single: tuple[int, ...] = (3, 8, 11, 14, 17, 26)
+    manip_tokens: int = 4_096
+    alphas: tuple[float, ...] = (0.5, 0.7, 0.8, 0.9, 0.95, 1.05)
+    writer_alphas: tuple[float, ...] = (0.9,)  # α values also run on the residual writers only
+    manip_single: tuple[int, ...] = (11, 17)
+    recovery_layers: tuple[int, ...] = (8, 11, 14, 17, 3, 25)
+    recovery_control_layer: int = 11      # σ = 0 fine-tune control
+    recovery_sigmas: tuple[float, ...] = (0.5,)
+    recovery_kinds: tuple[str, ...] = ("additive",)
+    recovery_scopes: tuple[str, ...] = ("layer",)
+    recovery_seeds: tuple[int, ...] = (0,)
+    recovery_steps: int = 20
+    recovery_eval_every: int = 5
+    recovery_lr: float = 1e-4
+    recovery_batch: int = 2
+    recovery_window: int = 128
+    recovery_train_tokens: int = 8_192
+    recovery_eval_tokens: int = 1_024
+    n_boot: int = 2000
+    n_shuffles: int = 50
+    seed: int = 0  # the trained model's seed (tiny models), windows and bootstraps
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, list):
+                object.__setattr__(self, f.name, tuple(v))
+
+
+PRESETS: dict[str, AnatomyPreset] = {
+    "smoke": AnatomyPreset(model="tiny-llama", tiny_layers=18, window=64, batch_size=8, ablation_tokens=512,
+                           ablation_tokens_small=128, calib_tokens=128, sentences=2, replacement_tokens=128,
+                           replacement_ks=(1, 9), replacement_single=(8,), manip_tokens=128, alphas=(0.5, 0.9),
+                           manip_single=(11,), recovery_layers=(8, 11, 14, 17), recovery_steps=4,
+                           recovery_eval_every=2, recovery_lr=1e-3, recovery_window=32, recovery_train_tokens=256,
+                           recovery_eval_tokens=64, n_boot=200, n_shuffles=5),
+    # sized for ~15 min on 2 cores of the project machine (measured 2026-12-02: ~55 GFLOP/s in the forward;
+    # 60 suffix sweeps over 4,080 tokens took 745 s). The >= 32k-token large protocol is one override away
+    # (papermill -y '{"overrides": {"ablation_tokens": 32768}}': about 100 min more on such a machine).
+    "cpu": AnatomyPreset(model="smollm2-135m", ablation_tokens=2_040, ablation_tokens_small=508, calib_tokens=1_020,
+                         sentence_ops=("skip", "neighbour_avg"), replacement_tokens=508,
+                         replacement_ks=(1, 2, 4, 9, 16), replacement_single=(3, 11, 17, 26),
+                         manip_tokens=508, alphas=(0.5, 0.9, 1.05), recovery_layers=(8, 11, 14, 17),
+                         recovery_steps=10, recovery_eval_every=5, recovery_eval_tokens=508),
+    "gpu": AnatomyPreset(model="HuggingFaceTB/SmolLM2-135M", device="cuda", batch_size=32, ablation_tokens=1_048_576,
+                         ablation_tokens_small=262_144, calib_tokens=65_536, replacement_tokens=131_072,
+                         replacement_ks=tuple(range(1, 29)), replacement_single=tuple(range(1, 30)),
+                         manip_tokens=131_072, writer_alphas=(0.5, 0.7, 0.8, 0.9, 0.95, 1.05),
+                         recovery_layers=tuple(range(30)), recovery_sigmas=(0.1, 0.5, 1.0),
+                         recovery_kinds=("additive", "multiplicative"), recovery_scopes=("layer", "all"),
+                         recovery_seeds=(0, 1, 2), recovery_steps=200, recovery_eval_every=10, recovery_batch=8,
+                         recovery_window=256, recovery_train_tokens=2_000_000, recovery_eval_tokens=16_384),
+}
+
+#: The operators run on the large protocol; the others run on the documented subset.
+PRIMARY_OPS: tuple[str, ...] = ("skip", "neighbour_avg")
+SECONDARY_OPS: tuple[str, ...] = ("skip_attn", "skip_mlp", "mean")
+
+
+def preset(profile: str, **overrides: Any) -> AnatomyPreset:
+    """``PRESETS[profile]`` with ``overrides`` (e.g. ``seed=1, ablation_tokens=32768``); unknown profiles
+    or fields fail clearly."""
+    return make_preset(PRESETS, profile, **overrides)

@@ -1,0 +1,194 @@
+"""The anatomy chapter's run: preset -> :class:`AnatomyResult` (Wietrzykowski 2026, arXiv:2603.19348).
+
+The four diagnostics of :mod:`layerlab.chapters.anatomy.analysis`, in the book's order: weights across
+depth (delta correlations, predictability R², Q4_1 noise), regression-generated weights, the ablation
+profile (five operators, three protocols, activation-side rank agreement), the five manipulations on
+the redundant tier, and perturb-and-recover fine-tunes. The result holds every table, figure input,
+claim input and glued number the notebook shows; it is cached whole (``layerlab.core.cache.cached``)
+on top of the cached ablation, replacement, manipulation and recovery parts, so an unchanged rebuild
+neither loads the models nor recomputes anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from layerlab.chapters.anatomy import analysis as an
+from layerlab.chapters.anatomy.presets import AnatomyPreset
+from layerlab.core import arch
+from layerlab.core.cache import cached
+from layerlab.core.protocol import Provenance, provenance
+from layerlab.data.fetch import data_fingerprint
+from layerlab.metrics import ablation
+from layerlab.metrics.recovery import RecoveryCurve
+
+__all__ = ["AnatomyResult", "run"]
+
+DELTA_COLUMNS = ["delta_corr", "ci_low", "ci_high", "rho1", "rho2", "analytic", "null", "pair_tolerance"]
+REPLACEMENT_COLUMNS = ["name", "ppl", "ppl_low", "ppl_high", "dnll", "dnll_low", "dnll_high"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnatomyResult:
+    """Everything the anatomy chapter shows, for one preset (the model and its random-init null N1).
+
+    Weights: ``structure[_null]`` (per layer and component: norms, ranks, next-layer cosine),
+    ``delta``/``delta_null``/``delta_shuffled`` (delta correlation per component: real, N1, N2 shuffled
+    layer order) with per-pair tables ``delta_pairs``/``delta_null_pairs``, ``predictability`` (held-out
+    R² of P1–P5 with N1/N2 nulls), ``r2_splits`` (P1–P3 R² over random held-out splits), ``quant`` and
+    ``quant_delta`` (Q4_1 error energy; None without a quantised model). ``replacement``: effects of
+    predicted-weight replacement (with PPL). ``ablation``: ΔNLL/ΔPPL% with CIs and tiers of every
+    operator × layer × protocol (large, small, sentences); ``sentence_nll``/``sentence_groups``: the clean
+    per-token NLL of the 10-sentence protocol and its sentence ids (the A4 baseline); ``agreement``:
+    Spearman agreement of the profiles with each other and with BI / angular distance. ``manipulation``:
+    effects per config × target; ``redundant``: the layers of the redundant target. ``curves``/``recovery``:
+    the recovery runs and one row per run. ``numbers``: the values the prose glues (prefix ``anat``).
+    """
+
+    provenance: Provenance
+    preset: AnatomyPreset
+    n_layers: int
+    structure: pd.DataFrame
+    structure_null: pd.DataFrame
+    delta: pd.DataFrame
+    delta_pairs: pd.DataFrame
+    delta_null: pd.DataFrame
+    delta_null_pairs: pd.DataFrame
+    delta_shuffled: pd.DataFrame
+    predictability: pd.DataFrame
+    r2_splits: pd.DataFrame
+    quant: pd.DataFrame | None
+    quant_delta: pd.DataFrame | None
+    replacement: pd.DataFrame
+    ablation: pd.DataFrame
+    sentence_nll: np.ndarray
+    sentence_groups: np.ndarray | None
+    agreement: pd.DataFrame
+    manipulation: pd.DataFrame
+    redundant: list[int]
+    curves: list[RecoveryCurve]
+    recovery: pd.DataFrame
+    numbers: dict[str, Any]
+
+    def delta_table(self) -> pd.DataFrame:
+        """Delta correlation per component with its CI, lag correlations, analytic value and the −0.5 null."""
+        return self.delta.set_index("component")[DELTA_COLUMNS]
+
+    def r2_table(self) -> pd.DataFrame:
+        """Held-out R² of the trained model: one row per component, one column per predictor variant."""
+        return self.predictability.pivot(index="component", columns="predictor", values="r2").round(3)
+
+    def quant_summary(self) -> pd.DataFrame | None:
+        """Median delta energy, quantisation-error energy and their ratio per component (None if unquantised)."""
+        if self.quant_delta is None:
+            return None
+        return self.quant_delta.groupby("component")[["delta_energy", "quant_energy", "ratio"]].median()
+
+    def replacement_table(self) -> pd.DataFrame:
+        """The weight-generation effects as PPL and ΔNLL with CIs."""
+        return self.replacement[REPLACEMENT_COLUMNS]
+
+    def tiers_table(self) -> pd.DataFrame:
+        """The tier of every layer under every protocol × operator."""
+        return self.ablation.pivot_table(index="layer", columns=["protocol", "op"], values="tier", aggfunc="first")
+
+    def top_table(self) -> pd.DataFrame:
+        """The most important layer of each operator on the large protocol."""
+        big = self.ablation[self.ablation.protocol == "large"]
+        return big.loc[big.groupby("op").dnll.idxmax()][["op", "layer", "dnll", "dnll_low", "dnll_high", "dppl_pct"]]
+
+    def manipulation_pivot(self) -> pd.DataFrame:
+        """ΔPPL% of every manipulation config (rows) on every target (columns)."""
+        return self.manipulation.pivot(index="config", columns="target", values="dppl_pct").round(2)
+
+
+def run(preset: AnatomyPreset) -> AnatomyResult:
+    """The anatomy chapter for ``preset`` (cached as a whole; the heavy parts are cached one by one)."""
+    key = {"preset": dataclasses.asdict(preset), "data": data_fingerprint()}
+    return cached("anatomy-result", key, lambda: _compute(preset))
+
+
+def _compute(P: AnatomyPreset) -> AnatomyResult:
+    model, tok = an.load(P, seed=P.seed)
+    null_model, _ = an.load(P, random_init=True, seed=P.null_seed)  # N1: same architecture, random init
+    L = arch.view(model).n_layers
+    numbers: dict[str, Any] = {"model": P.model, "L": L}
+
+    W = an.run_weights(P, model, null_model)
+    numbers.update(_weight_numbers(W))
+    rep_res = an.run_replacement(P, model, tok)
+    rep = an.replacement_table(rep_res, P)
+    numbers.update(rep_single_med=float(rep[rep.name.str.startswith("predicted@")].dppl_pct.median()),
+                   rep_random_med=float(rep[rep.name.str.startswith("random@")].dppl_pct.median()),
+                   rep_tokens=int(rep_res.n_tokens))
+
+    abl = an.run_ablation(P, model, tok)
+    profile = an.ablation_profile(abl, P)
+    agree = ablation.rank_agreement(profile[profile.protocol == "large"], abl["large"], seed=P.seed)
+    numbers.update(_ablation_numbers(P, abl, profile, agree))
+
+    man_res = an.run_manipulation(P, model, tok, an.redundant_layers(profile))
+    man = an.manipulation_table(man_res, P)
+    redundant = [int(x) for x in man_res.meta["targets"]["redundant"]]
+    numbers.update(manip_tokens=int(man_res.n_tokens), redundant=", ".join(str(x) for x in redundant))
+
+    curves = an.run_recovery(P, model, tok)
+    rec = an.recovery_table(curves)
+    numbers.update(rec_cap=int(P.recovery_steps), rec_n=int(len(rec)),
+                   compute_min=an.timings(W, abl, man_res) / 60)
+
+    sent = abl["sentences"]
+    tokens = an.windows(P, tok, "test", P.ablation_tokens).fingerprint()  # the large protocol's text
+    return AnatomyResult(
+        provenance=provenance("anatomy", P, model=P.model, tokens=tokens, seed=P.seed), preset=P, n_layers=L,
+        structure=W["structure"], structure_null=W["structure_null"], delta=W["delta"],
+        delta_pairs=W["delta_pairs"], delta_null=W["delta_null"], delta_null_pairs=W["delta_null_pairs"],
+        delta_shuffled=W["delta_shuffled"], predictability=W["predictability"], r2_splits=W["r2_splits"],
+        quant=W.get("quant"), quant_delta=W.get("quant_delta"), replacement=rep, ablation=profile,
+        sentence_nll=np.asarray(sent.base), sentence_groups=None if sent.groups is None else np.asarray(sent.groups),
+        agreement=agree, manipulation=man, redundant=redundant, curves=curves, recovery=rec, numbers=numbers)
+
+
+def _weight_numbers(W: dict) -> dict[str, Any]:
+    """Glued values of the weights sections: delta correlations, R² of gate_proj, quantisation noise."""
+    delta = W["delta"].set_index("component")
+    pred = W["predictability"]
+    g = pred[(pred.component == "gate")].set_index("predictor")
+    best = pred.loc[pred.r2.idxmax()]
+    out = {"delta_mean": float(delta.delta_corr.mean()), "delta_null_mean": float(W["delta_null"].delta_corr.mean()),
+           "delta_shuffled_mean": float(W["delta_shuffled"].delta_corr.mean()),
+           "rho1_max": float(delta.rho1.abs().max()),
+           "r2_gate_p1": float(g.loc["P1_level", "r2"]), "r2_gate_p1_innov": float(g.loc["P1_innov", "r2"]),
+           "r2_gate_p4": float(g.loc["P4_level", "r2"]), "r2_gate_p5": float(g.loc["P5_level", "r2"]),
+           "r2_gate_p1_n1": float(g.loc["P1_level", "N1"]),
+           "r2_best": f"{best.predictor} for {best.component}_proj, R² = {best.r2:.3f}"}
+    if "quant" in W:
+        out.update(quant_ratio=float(W["quant_delta"].ratio.median()),
+                   quant_types=", ".join(sorted(W["quant"].gguf_type.unique())))
+    else:
+        out.update(quant_ratio=float("nan"), quant_types="none")
+    return out
+
+
+def _ablation_numbers(P: AnatomyPreset, abl: dict[str, ablation.EvalResult], profile: pd.DataFrame,
+                      agree: pd.DataFrame) -> dict[str, Any]:
+    """Glued values of the ablation section: token counts, baseline PPL, top layers, significant layers, ρ."""
+    big = profile[profile.protocol == "large"]
+    top = big.loc[big.groupby("op").dnll.idxmax()].set_index("op")
+
+    def n_sig(op: str) -> int:
+        t = big[big.op == op]
+        return int(((t.dnll_low > 0) | (t.dnll_high < 0)).sum())
+
+    r = agree[(agree.a == "neighbour_avg") & (agree.b == "skip")]
+    r = r if len(r) else agree[(agree.a == "skip") & (agree.b == "neighbour_avg")]
+    return {"abl_tokens": int(abl["large"].n_tokens), "abl_tokens_small": int(abl["small"].n_tokens),
+            "sent_tokens": int(abl["sentences"].n_tokens), "sent_ops": ", ".join(P.sentence_ops),
+            "base_ppl_large": an.ppl(abl["large"].base), "skip_top_layer": int(top.loc["skip", "layer"]),
+            "nb_top_layer": int(top.loc["neighbour_avg", "layer"]), "n_sig_skip": n_sig("skip"),
+            "n_sig_nb": n_sig("neighbour_avg"), "rho_skip_nb": float(r.rho.iloc[0])}

@@ -1,0 +1,126 @@
+"""Calibration of a verdict rule at a chapter's real n: how often it says "supported" when the claim
+is false (the null), and how often when the claimed effect is there (power).
+
+A scenario is a pair of samplers, one drawing data under the null and one under the claimed effect,
+plus the function that turns one draw into :class:`~layerlab.report.inference.Evidence` exactly as the
+chapter does. :func:`calibrate` runs ``n_sims`` draws of each and counts verdicts. The book's
+standard: false "supported" <= 5% at the real n, with the power printed next to it.
+
+Built-in scenarios (:func:`scenario`) cover the designs of the book: a paired mean difference over
+units (seeds, prompts, documents), a correlation over units, and the peak-then-drop of a depth curve
+(the winner's-curse case: choosing the peak on the data that measure the drop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from layerlab.report.inference import Evidence, correlation, held_out_peak_drop, mean_effect
+from layerlab.report.verdicts import Band, Direction, Equivalence
+
+__all__ = ["Calibration", "Scenario", "calibrate", "naive_peak_drop", "scenario"]
+
+Rule = Direction | Band | Equivalence
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """A design to calibrate: ``null(rng)`` and ``effect(rng)`` draw one data set each;
+    ``evidence(data, seed)`` computes the chapter's Evidence from it."""
+
+    name: str
+    n: int
+    unit: str
+    null: Callable[[np.random.Generator], Any]
+    effect: Callable[[np.random.Generator], Any]
+    evidence: Callable[[Any, int], Evidence]
+    effect_size: str  # the claimed effect the power refers to, in words
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """Verdict rates of ``rule`` on ``scenario`` over ``n_sims`` draws of each hypothesis."""
+
+    scenario: str
+    rule: str
+    n: int
+    unit: str
+    n_sims: int
+    effect_size: str
+    false_supported: float  # P(supported | null)
+    false_contradicted: float  # P(contradicted | effect)
+    power: float  # P(supported | effect)
+
+    @property
+    def calibrated(self) -> bool:
+        """False "supported" at most 5% (with Monte-Carlo slack of two standard errors)."""
+        return self.false_supported <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / self.n_sims)
+
+    def row(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "rule": self.rule, "n": f"{self.n} {self.unit}",
+                "false supported": self.false_supported, "power": self.power, "effect": self.effect_size,
+                "sims": self.n_sims}
+
+
+def calibrate(rule: Rule, sc: Scenario, *, n_sims: int = 400, seed: int = 0) -> Calibration:
+    """Run ``sc`` ``n_sims`` times under its null and under its effect and count ``rule``'s verdicts."""
+    if n_sims < 20:
+        raise ValueError(f"calibrate needs n_sims >= 20 to say anything, got {n_sims}")
+    rng = np.random.default_rng(seed)
+    null_v, eff_v = [], []
+    for i in range(n_sims):
+        null_v.append(rule.decide(sc.evidence(sc.null(rng), i)).verdict)
+        eff_v.append(rule.decide(sc.evidence(sc.effect(rng), i)).verdict)
+    null_a, eff_a = np.array(null_v), np.array(eff_v)
+    return Calibration(scenario=sc.name, rule=rule.name, n=sc.n, unit=sc.unit, n_sims=n_sims,
+                       effect_size=sc.effect_size, false_supported=float((null_a == "supported").mean()),
+                       false_contradicted=float((eff_a == "contradicted").mean()),
+                       power=float((eff_a == "supported").mean()))
+
+
+def naive_peak_drop(curves: Any, *, unit: str, seed: int = 0) -> Evidence:
+    """The biased design this module exists to reject: peak chosen and drop measured on the same units."""
+    c = np.asarray(curves, dtype=np.float64)
+    peak = int(np.argmax(c.mean(axis=0)))
+    return mean_effect(c[:, peak] - c[:, -1], unit=unit, seed=seed, n_boot=500, n_perm=2000)
+
+
+def scenario(kind: str, *, n: int, unit: str, effect: float, sd: float = 1.0, n_depths: int = 31,
+             held_out: bool = True) -> Scenario:
+    """A built-in design at ``n`` units.
+
+    "paired": one paired difference per unit, N(0, sd) under the null and N(effect, sd) under the effect.
+    "correlation": x ~ N(0, 1), y = rho x + noise with rho = 0 (null) or ``effect``.
+    "peak_drop": per-unit depth curves ([n, n_depths]) that rise and plateau (null: no fall after the
+      peak) or rise then fall by ``effect`` over the last third; noise sd per point. ``held_out``
+      picks :func:`~layerlab.report.inference.held_out_peak_drop` or the biased :func:`naive_peak_drop`."""
+    if kind == "paired":
+        return Scenario(name=f"paired mean, sd {sd:g}", n=n, unit=unit, effect_size=f"mean {effect:g}",
+                        null=lambda r: r.normal(0.0, sd, n), effect=lambda r: r.normal(effect, sd, n),
+                        evidence=lambda d, s: mean_effect(d, unit=unit, seed=s, n_boot=500, n_perm=2000))
+    if kind == "correlation":
+        def draw(rho: float) -> Callable[[np.random.Generator], Any]:
+            def f(r: np.random.Generator) -> np.ndarray:
+                x = r.normal(size=n)
+                return np.stack([x, rho * x + np.sqrt(1 - rho**2) * r.normal(size=n)])
+            return f
+        return Scenario(name="Spearman correlation", n=n, unit=unit, effect_size=f"rho {effect:g}",
+                        null=draw(0.0), effect=draw(effect),
+                        evidence=lambda d, s: correlation(d[0], d[1], unit=unit, seed=s, n_boot=500, n_perm=2000))
+    if kind == "peak_drop":
+        depth = np.linspace(0.0, 1.0, n_depths)
+        rise = 1 - np.exp(-6 * depth)  # rises, then plateaus: no true fall
+
+        def curves(fall: float) -> Callable[[np.random.Generator], Any]:
+            shape = rise - fall * np.clip((depth - 2 / 3) * 3, 0, None)
+            return lambda r: shape[None] + r.normal(0.0, sd, (n, n_depths))
+        ev = ((lambda d, s: held_out_peak_drop(d, unit=unit, seed=s, n_boot=500, n_perm=2000)) if held_out
+              else (lambda d, s: naive_peak_drop(d, unit=unit, seed=s)))
+        return Scenario(name=f"peak then drop over {n_depths} depths ({'held-out' if held_out else 'naive'} peak)",
+                        n=n, unit=unit, effect_size=f"fall {effect:g}", null=curves(0.0), effect=curves(effect),
+                        evidence=ev)
+    raise ValueError(f"unknown scenario kind {kind!r}: use 'paired', 'correlation' or 'peak_drop'")

@@ -1,0 +1,220 @@
+"""The verdict engine: a few named rules that turn :class:`~layerlab.report.inference.Evidence` into a
+verdict, and the one-sentence reading of each outcome.
+
+Rules (each one a frozen dataclass with a ``name`` that the claim table prints):
+
+* :class:`Direction` — "the effect is above (below) the null". *supported*: the one-sided
+  permutation p-value in the claimed direction is <= alpha/2 (0.025: the two-sided 5% level);
+  *contradicted*: the same in the opposite direction;
+  *not supported*: the interval lies inside the stated equivalence ``margin`` around the null; else
+  *inconclusive* (lack of power is never "contradicted" nor "not supported").
+* :class:`Band` — "the value lies in [lo, hi]": supported if the interval is inside the band,
+  contradicted if it is disjoint from it, inconclusive otherwise.
+* :class:`Equivalence` — "there is no effect": supported if the interval is inside +-margin,
+  contradicted if it lies wholly outside it, inconclusive otherwise.
+* :class:`Identity` — an algebraic identity checked numerically: tagged ``[identity]``, never counted
+  as an empirical finding (:func:`empirical`).
+* :func:`missing` — a claim whose inputs are absent still gets its row: "inconclusive", with the reason.
+
+A family of tests (one per layer, per pair) is decided by :class:`Direction` with ``family="all"``
+or ``"any"`` on Holm-adjusted p-values (:func:`layerlab.report.inference.holm`).
+
+Calibration (false "supported" under the null, power under the claimed effect) is measured by
+:func:`layerlab.report.calibration.calibrate` at each chapter's real n.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from layerlab.report.claims import Claim, fmt
+from layerlab.report.inference import Evidence, holm
+
+__all__ = ["Band", "Decision", "Direction", "Equivalence", "Identity", "decide_family", "empirical", "missing"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """A rule's outcome: the verdict, the rule's name and the sentence that reads it."""
+
+    verdict: str
+    rule: str
+    reading: str
+
+
+def _interval(ev: Evidence, digits: int = 3) -> str:
+    ci = f"95% CI [{fmt(ev.low, digits)}, {fmt(ev.high, digits)}], " if ev.has_interval else ""
+    return f"{ci}n = {ev.n} {ev.unit}"
+
+
+def _p(ev: Evidence, direction: str) -> float:
+    return ev.p_greater if direction == "greater" else ev.p_less
+
+
+@dataclass(frozen=True, kw_only=True)
+class Direction:
+    """The claimed direction vs a null: ``direction`` "greater" or "less" than ``null``."""
+
+    direction: str = "greater"
+    null: float = 0.0
+    margin: float | None = None  # equivalence margin for "not supported" (None: never "not supported")
+    alpha: float = 0.05  # two-sided level; each direction is tested at alpha / 2
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("greater", "less"):
+            raise ValueError(f"Direction: direction must be 'greater' or 'less', got {self.direction!r}")
+        if self.margin is not None and self.margin <= 0:
+            raise ValueError(f"Direction: margin must be > 0 (or None), got {self.margin}")
+
+    @property
+    def name(self) -> str:
+        sign = ">" if self.direction == "greater" else "<"
+        m = "" if self.margin is None else f", equivalence ±{fmt(self.margin)}"
+        return f"direction: effect {sign} {fmt(self.null)}{m}"
+
+    def _beyond(self, ev: Evidence, direction: str) -> bool:
+        if abs(ev.null - self.null) > 1e-12:
+            raise ValueError(f"{self.name}: the evidence was computed against null {ev.null}, the rule uses "
+                             f"{self.null}; compute the Evidence with null={self.null}")
+        return _p(ev, direction) <= self.alpha / 2
+
+    def decide(self, ev: Evidence) -> Decision:
+        other = "less" if self.direction == "greater" else "greater"
+        p = _p(ev, self.direction)
+        est = f"{fmt(ev.estimate)} ({_interval(ev)}; one-sided p = {p:.2g})"
+        side = "above" if self.direction == "greater" else "below"
+        if self._beyond(ev, self.direction):
+            return Decision(verdict="supported", rule=self.name,
+                            reading=f"The estimate {est} lies {side} {fmt(self.null)}, as claimed.")
+        if self._beyond(ev, other):
+            opp = "below" if self.direction == "greater" else "above"
+            return Decision(verdict="contradicted", rule=self.name,
+                            reading=f"The estimate {est} lies {opp} {fmt(self.null)}: the opposite of the claim.")
+        if ev.p_min > self.alpha / 2:
+            return Decision(verdict="inconclusive", rule=self.name,
+                            reading=f"The estimate {est} cannot decide the claim: with n = {ev.n} {ev.unit} the "
+                                    f"smallest attainable p is {ev.p_min:.2g} > {self.alpha / 2:g}; more units are "
+                                    "needed.")
+        if (self.margin is not None and ev.has_interval and ev.low is not None and ev.high is not None
+                and self.null - self.margin < ev.low and ev.high < self.null + self.margin):
+            return Decision(verdict="not supported", rule=self.name,
+                            reading=f"The estimate {est} lies within ±{fmt(self.margin)} of {fmt(self.null)}: "
+                                    "no effect of the claimed size.")
+        return Decision(verdict="inconclusive", rule=self.name,
+                        reading=f"The estimate {est} does not separate from {fmt(self.null)} in either direction: "
+                                "too little evidence to decide.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Band:
+    """The value lies in the band [lo, hi] (e.g. a paper's reported value with its tolerance and source)."""
+
+    lo: float
+    hi: float
+    source: str  # where the band comes from (a paper's table, a derivation); required
+
+    def __post_init__(self) -> None:
+        if not self.lo < self.hi:
+            raise ValueError(f"Band: lo {self.lo} must be < hi {self.hi}")
+        if not self.source.strip():
+            raise ValueError("Band: name the source of the band (a paper's table or a derivation)")
+
+    @property
+    def name(self) -> str:
+        return f"band [{fmt(self.lo)}, {fmt(self.hi)}] ({self.source})"
+
+    def decide(self, ev: Evidence) -> Decision:
+        if not ev.has_interval:
+            return Decision(verdict="inconclusive", rule=self.name,
+                            reading=f"{fmt(ev.estimate)} has no interval at n = {ev.n} {ev.unit}; a band needs one.")
+        assert ev.low is not None and ev.high is not None
+        est = f"{fmt(ev.estimate)} ({_interval(ev)})"
+        if self.lo <= ev.low and ev.high <= self.hi:
+            return Decision(verdict="supported", rule=self.name, reading=f"The estimate {est} lies inside the band.")
+        if ev.high < self.lo or ev.low > self.hi:
+            return Decision(verdict="contradicted", rule=self.name,
+                            reading=f"The estimate {est} lies outside the band.")
+        return Decision(verdict="inconclusive", rule=self.name,
+                        reading=f"The estimate {est} straddles the band's edge.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Equivalence:
+    """There is no effect: the value lies within ±``margin`` of ``null``."""
+
+    margin: float
+    null: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.margin <= 0:
+            raise ValueError(f"Equivalence: margin must be > 0, got {self.margin}")
+
+    @property
+    def name(self) -> str:
+        return f"equivalence: |effect - {fmt(self.null)}| < {fmt(self.margin)}"
+
+    def decide(self, ev: Evidence) -> Decision:
+        return Band(lo=self.null - self.margin, hi=self.null + self.margin, source="equivalence margin").decide(ev)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Identity:
+    """An identity that holds by algebra, checked numerically to ``tol``. Never an empirical finding."""
+
+    tol: float
+
+    @property
+    def name(self) -> str:
+        return f"identity: max |error| <= {self.tol:.0e}"
+
+    def decide_error(self, max_abs_error: float) -> Decision:
+        ok = max_abs_error <= self.tol
+        return Decision(verdict="supported" if ok else "contradicted", rule=self.name,
+                        reading=(f"The identity holds to {max_abs_error:.1e} (tolerance {self.tol:.0e})." if ok else
+                                 f"The identity fails: error {max_abs_error:.1e} > tolerance {self.tol:.0e}; "
+                                 "a bug, not a finding."))
+
+
+def decide_family(rule: Direction, evidence: Sequence[Evidence], *, family: str = "all") -> Decision:
+    """Decide a claim that is a family of tests (one :class:`Evidence` per layer or pair) on
+    Holm-adjusted one-sided p-values at ``rule.alpha / 2``.
+
+    family "all": supported if every member is significant in the claimed direction; "any": if at
+    least one is. Contradicted if (any / all, mirrored) are significant the other way; else inconclusive."""
+    if family not in ("all", "any"):
+        raise ValueError(f"family must be 'all' or 'any', got {family!r}")
+    if not evidence:
+        raise ValueError("decide_family needs at least one Evidence")
+    other = "less" if rule.direction == "greater" else "greater"
+    p_claim = holm([_p(e, rule.direction) for e in evidence])
+    p_other = holm([_p(e, other) for e in evidence])
+    a = rule.alpha / 2
+    hit = p_claim <= a
+    opp = p_other <= a
+    m = len(evidence)
+    name = f"{rule.name}; {family} of {m} (Holm)"
+    units = f"n = {evidence[0].n} {evidence[0].unit} each"
+    if (hit.all() if family == "all" else hit.any()):
+        return Decision(verdict="supported", rule=name,
+                        reading=f"{int(hit.sum())} of {m} tests are significant in the claimed direction "
+                                f"after Holm correction ({units}).")
+    if (opp.any() if family == "all" else opp.all()):
+        return Decision(verdict="contradicted", rule=name,
+                        reading=f"{int(opp.sum())} of {m} tests are significant in the opposite direction "
+                                f"after Holm correction ({units}).")
+    return Decision(verdict="inconclusive", rule=name,
+                    reading=f"{int(hit.sum())} of {m} tests are significant in the claimed direction and "
+                            f"{int(opp.sum())} in the opposite one after Holm correction ({units}).")
+
+
+def missing(*, id: str, claim: str, paper: str, tag: str, reason: str) -> Claim:
+    """The row of a claim whose inputs are missing: inconclusive, with the reason (never dropped)."""
+    if not reason.strip():
+        raise ValueError(f"claim {id}: say why its inputs are missing")
+    return Claim(id, claim, paper, tag, None, None, None, "—", "inconclusive", note=f"not computed: {reason}")
+
+
+def empirical(claims: Sequence[Claim]) -> list[Claim]:
+    """The claims that count as empirical findings: every row except the [identity] ones."""
+    return [c for c in claims if c.tag != "identity"]

@@ -1,0 +1,155 @@
+"""The verdict engine (layerlab.report.verdicts) and the design-respecting evidence it decides on
+(layerlab.report.inference): exact tests against brute force, each rule's four outcomes, Holm, and
+rows that never vanish."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from layerlab.report.claims import Claim
+from layerlab.report.inference import (
+    SMALL_N,
+    Evidence,
+    correlation,
+    held_out_peak_drop,
+    holm,
+    mean_effect,
+    paired_difference,
+)
+from layerlab.report.verdicts import Band, Direction, Equivalence, Identity, decide_family, empirical, missing
+
+
+def _brute_sign_flip(d):
+    obs = np.mean(d)
+    stats = [np.mean(np.array(s) * d) for s in itertools.product((1, -1), repeat=len(d))]
+    return np.mean([s >= obs - 1e-12 for s in stats]), np.mean([s <= obs + 1e-12 for s in stats])
+
+
+@pytest.mark.parametrize("d", [[1.0, 2.0, 3.0], [0.3, -0.1, 0.7, 0.2, -0.4, 1.1], [2.0, -2.0, 1.0, -1.0, 0.5]])
+def test_exact_sign_flip_matches_brute_force(d):
+    ev = mean_effect(d, unit="seeds")
+    g, ls = _brute_sign_flip(np.array(d))
+    assert ev.p_greater == pytest.approx(g) and ev.p_less == pytest.approx(ls)
+    assert ev.p_min == 2.0 ** -len(d) and ev.n == len(d) and "exact" in ev.method
+
+
+def test_t_interval_matches_scipy():
+    from scipy import stats
+
+    x = np.array([0.2, 0.5, 0.1, 0.9, 0.4])
+    ev = mean_effect(x, unit="seeds")
+    lo, hi = stats.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=stats.sem(x))
+    assert (ev.low, ev.high) == pytest.approx((lo, hi))
+
+
+def test_exact_permutation_correlation_small_n():
+    ev = correlation([1, 2, 3, 4], [10, 20, 30, 40], unit="prompts")
+    assert ev.estimate == pytest.approx(1.0)
+    assert ev.p_greater == pytest.approx(1 / 24) and ev.p_min == pytest.approx(1 / 24)
+    assert not ev.has_interval  # no interval below SMALL_N units, never a Fisher CI
+    big = correlation(np.arange(12.0), np.arange(12.0) ** 2, unit="members")
+    assert big.has_interval and big.n == 12 >= SMALL_N
+
+
+def test_paired_difference_pairs_units():
+    a, b = np.array([1.0, 2.0, 3.0, 4.0]), np.array([0.5, 1.5, 2.5, 3.5])
+    ev = paired_difference(a, b, unit="seeds")
+    assert ev.estimate == pytest.approx(0.5) and ev.low == ev.high == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="pair them"):
+        paired_difference(a, b[:3], unit="seeds")
+
+
+@pytest.mark.parametrize("bad", [[], [1.0], [1.0, float("nan")]])
+def test_evidence_inputs_fail_clearly(bad):
+    with pytest.raises(ValueError, match="units|finite"):
+        mean_effect(bad, unit="seeds")
+
+
+def test_holm_known_values():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == pytest.approx([0.5])
+    assert holm([0.9, 0.8]).max() <= 1.0
+
+
+def _ev(est, lo, hi, pg, pl, n=20):
+    return Evidence(estimate=est, low=lo, high=hi, p_greater=pg, p_less=pl, unit="documents", n=n, method="test")
+
+
+def test_direction_four_outcomes():
+    rule = Direction(direction="greater", margin=0.1)
+    assert rule.decide(_ev(0.5, 0.3, 0.7, 0.001, 0.999)).verdict == "supported"
+    assert rule.decide(_ev(-0.5, -0.7, -0.3, 0.999, 0.001)).verdict == "contradicted"
+    assert rule.decide(_ev(0.01, -0.05, 0.05, 0.4, 0.6)).verdict == "not supported"
+    assert rule.decide(_ev(0.1, -0.2, 0.4, 0.2, 0.8)).verdict == "inconclusive"
+    # without a margin, "no effect" is never claimed: lack of power stays inconclusive
+    assert Direction().decide(_ev(0.01, -0.05, 0.05, 0.4, 0.6)).verdict == "inconclusive"
+    less = Direction(direction="less")
+    assert less.decide(_ev(-0.5, -0.7, -0.3, 0.999, 0.001)).verdict == "supported"
+
+
+def test_direction_on_real_evidence_and_too_few_units():
+    rng = np.random.default_rng(0)
+    assert Direction().decide(mean_effect(rng.normal(1.0, 0.5, 30), unit="documents")).verdict == "supported"
+    assert Direction().decide(mean_effect(rng.normal(-1.0, 0.5, 30), unit="documents")).verdict == "contradicted"
+    three = Direction().decide(mean_effect([5.0, 6.0, 7.0], unit="seeds"))  # exact test: p >= 1/8 at n = 3
+    assert three.verdict == "inconclusive" and "smallest attainable p is 0.12" in three.reading
+    four = Direction().decide(correlation([1, 2, 3, 4], [1, 2, 3, 4], unit="prompts"))
+    assert four.verdict == "inconclusive" and "n = 4 prompts" in four.reading
+
+
+def test_direction_refuses_mismatched_null():
+    with pytest.raises(ValueError, match="null"):
+        Direction(null=1.0).decide(mean_effect([1.0, 2.0, 3.0], unit="seeds"))
+
+
+def test_band_and_equivalence():
+    band = Band(lo=30.0, hi=40.0, source="paper, Table 2")
+    assert band.decide(_ev(35, 33, 37, 0, 0)).verdict == "supported"
+    assert band.decide(_ev(50, 45, 55, 0, 0)).verdict == "contradicted"
+    assert band.decide(_ev(39, 37, 42, 0, 0)).verdict == "inconclusive"
+    with pytest.raises(ValueError, match="source"):
+        Band(lo=0, hi=1, source=" ")
+    eq = Equivalence(margin=0.1)
+    assert eq.decide(_ev(0.0, -0.05, 0.05, 0.5, 0.5)).verdict == "supported"
+    assert eq.decide(_ev(0.5, 0.3, 0.7, 0.0, 1.0)).verdict == "contradicted"
+
+
+def test_identity_is_not_an_empirical_finding():
+    d = Identity(tol=1e-6)
+    assert d.decide_error(1e-9).verdict == "supported" and d.decide_error(1e-3).verdict == "contradicted"
+    rows = [Claim("R1", "lens = logits", "exact", "identity", 1e-9, None, None, "—", "supported"),
+            Claim("R2", "loss falls", "yes", "paper", 0.5, 0.1, 0.9, "0", "supported")]
+    assert [c.id for c in empirical(rows)] == ["R2"]
+
+
+def test_missing_inputs_keep_their_row():
+    row = missing(id="C3", claim="coupling higher for trained", paper="yes", tag="paper",
+                  reason="the init runs were not computed at this profile")
+    assert row.verdict == "inconclusive" and "not computed" in row.note and row.ours is None
+    with pytest.raises(ValueError, match="why"):
+        missing(id="C3", claim="x", paper="y", tag="paper", reason="")
+
+
+def test_family_with_holm():
+    strong = [_ev(1, 0.5, 1.5, 1e-4, 1.0) for _ in range(10)]
+    weak = [_ev(0.1, -0.1, 0.3, 0.02, 0.98) for _ in range(10)]  # 0.02 < 0.025 alone, not after Holm
+    assert decide_family(Direction(), strong).verdict == "supported"
+    assert decide_family(Direction(), weak).verdict == "inconclusive"
+    assert decide_family(Direction(), strong[:1] + weak, family="any").verdict == "supported"
+    assert decide_family(Direction(direction="less"), strong).verdict == "contradicted"
+
+
+def test_held_out_peak_drop_finds_a_real_fall():
+    depth = np.linspace(0, 1, 31)
+    rng = np.random.default_rng(1)
+    fall = (1 - np.exp(-6 * depth)) - 0.5 * np.clip((depth - 2 / 3) * 3, 0, None)
+    curves = fall[None] + rng.normal(0, 0.05, (16, 31))
+    ev = held_out_peak_drop(curves, unit="documents")
+    assert ev.n == 8 and Direction().decide(ev).verdict == "supported"
+    assert math.isclose(ev.estimate, 0.5, abs_tol=0.15)
+    with pytest.raises(ValueError, match="n_units >= 4"):
+        held_out_peak_drop(curves[:3], unit="documents")
