@@ -80,7 +80,8 @@ def collect(
     """Members of every sequence at its prediction position(s), one forward per sequence.
 
     sequences: 1-D token-id tensors (lengths may differ); positions: per sequence, the positions to
-    read (default: the last token); labels: one per read position, in order. Sequences of similar
+    read (default: the last token); labels: one per read position, in order. The forwards run on the
+    model's device; the features come back to the CPU. Sequences of similar
     length are batched with right padding: a causal model's output at position t never sees later
     (pad) tokens, so the read positions are unaffected. Features keep the model's dtype (fp64 for
     identity tests).
@@ -94,29 +95,30 @@ def collect(
     want = [
         [lengths[j] - 1] if positions is None else [q % lengths[j] for q in positions[j]] for j in range(len(sequences))
     ]
+    device = next(model.parameters()).device
     order = sorted(range(len(sequences)), key=lambda j: lengths[j])
     per_seq: dict[int, tuple[Tensor, Tensor]] = {}
     names: list[str] = []
     for s in range(0, len(order), batch_size):
         batch = order[s : s + batch_size]
         T = max(lengths[j] for j in batch)
-        ids = torch.zeros(len(batch), T, dtype=torch.long)
+        ids = torch.zeros(len(batch), T, dtype=torch.long)  # [B, T], right-padded
         for r, j in enumerate(batch):
             ids[r, : lengths[j]] = sequences[j].reshape(-1)
         union = sorted({q for j in batch for q in want[j]})
-        con = contributions(model, ids, positions=union, level="module")
+        con = contributions(model, ids.to(device), positions=union, level="module")
         names = con.names
         with torch.no_grad():
             for r, j in enumerate(batch):
                 u = con.members[r, [union.index(q) for q in want[j]]]  # [P_j, M, d]
                 h = torch.cumsum(u, dim=1)[:, 0::2]  # [P_j, L+1, d]: h_0 = e, h_k after block k
-                per_seq[j] = (p.weight * p.center(u), p.scale(h))
+                per_seq[j] = ((p.weight * p.center(u)).cpu(), p.scale(h).cpu())
     g = torch.cat([per_seq[j][0] for j in range(len(sequences))])  # [N, M, d]
     scales = torch.cat([per_seq[j][1] for j in range(len(sequences))])  # [N, L+1]
     lab = torch.as_tensor(list(labels), dtype=torch.long)
     if lab.shape[0] != g.shape[0]:
         raise ValueError(f"{lab.shape[0]} labels for {g.shape[0]} read positions")
-    beta = p.bias.detach().to(g.dtype) if p.bias is not None else torch.zeros(g.shape[-1], dtype=g.dtype)
+    beta = p.bias.detach().to("cpu", g.dtype) if p.bias is not None else torch.zeros(g.shape[-1], dtype=g.dtype)
     return MemberFeatures(g, scales, beta, lab, names)
 
 

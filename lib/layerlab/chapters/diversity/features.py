@@ -26,7 +26,8 @@ SOURCES = (__name__, "layerlab.core.models")
 
 def load(preset: DiversityPreset, *, random_init: bool = False):
     """(model, tokenizer) of the preset (eval mode, eager attention)."""
-    return load_model(preset.model, random_init=random_init, seed=preset.seed, dtype=preset.torch_dtype)
+    return load_model(preset.model, random_init=random_init, seed=preset.seed, dtype=preset.torch_dtype,
+                      device=preset.device)
 
 
 def model_tag(preset: DiversityPreset, *, random_init: bool = False) -> str:

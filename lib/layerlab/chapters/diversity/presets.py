@@ -3,8 +3,9 @@
 
 Profiles: ``smoke`` (tiny random Llama, seconds; used by the tests), ``cpu`` (the offline
 SmolLM2-135M-Instruct on the four offline tasks, 2 cores), ``gpu`` (paper scale: Llama-3-8B on SST-2,
-RTE, AG News and ARC from the hub; not runnable offline, but selectable and validated). Member features
-are collected on the CPU (``layerlab.metrics.members.collect``), so every profile keeps ``device="cpu"``.
+RTE, AG News and ARC from the hub; not runnable offline, but selectable and validated). The model's
+forwards run on ``device`` (``cuda`` for ``gpu``); member features come back to the CPU
+(``layerlab.metrics.members.collect``) and the decompositions run there in float64.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ PRESETS: dict[str, DiversityPreset] = {
         family_examples=512,
         n_boot=2000,
         dtype="bfloat16",
+        device="cuda",
     ),
 }
 
