@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -40,6 +41,9 @@ class Claim:
     number or a phrase); tag: provenance of ``paper`` (one of :data:`TAGS`); ours: our estimate (None
     when not testable); ci_low/ci_high: its 95% CI; null: the null model / control and its value;
     verdict: one of :data:`VERDICTS`; note: caveats (protocol differences, offline model).
+    unit/n: what was resampled and how many (e.g. "documents", 6); rule: the name of the verdict rule
+    (:mod:`layerlab.report.verdicts`); reading: the generated sentence that states the outcome.
+    Build rows from evidence with :meth:`Claim.decided`.
     """
 
     id: str
@@ -52,6 +56,10 @@ class Claim:
     null: str
     verdict: str
     note: str = ""
+    unit: str = ""
+    n: int | None = None
+    rule: str = ""
+    reading: str = ""
 
     def __post_init__(self) -> None:
         tag = self.tag.strip("[]")
@@ -70,6 +78,15 @@ class Claim:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def decided(cls, *, id: str, claim: str, paper: str, tag: str, evidence: Any, decision: Any, null: str,
+                note: str = "") -> Claim:
+        """A row from :class:`layerlab.report.inference.Evidence` and the
+        :class:`layerlab.report.verdicts.Decision` a rule took on it (estimate, interval, unit, n, rule,
+        verdict and reading all come from them, never typed)."""
+        return cls(id, claim, paper, tag, evidence.estimate, evidence.low, evidence.high, null, decision.verdict,
+                   note=note, unit=evidence.unit, n=evidence.n, rule=decision.rule, reading=decision.reading)
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -93,6 +110,10 @@ def claim_table(claims: Iterable[Claim], digits: int = 3) -> pd.DataFrame:
         ci = "—" if c.ci_low is None else f"[{fmt(c.ci_low, digits)}, {fmt(c.ci_high, digits)}]"
         row = {"id": c.id, "claim": c.claim, "tag": f"[{c.tag}]", "paper": c.paper,
                "ours": fmt(c.ours, digits), "95% CI": ci, "null / control": c.null, "verdict": c.verdict}
+        if any(x.n is not None for x in claims):
+            row["n (unit)"] = "—" if c.n is None else f"{c.n} {c.unit}".strip()
+        if any(x.rule for x in claims):
+            row["rule"] = c.rule
         if any(x.note for x in claims):
             row["note"] = c.note
         rows.append(row)

@@ -29,7 +29,8 @@ import numpy as np
 
 from layerlab.report.stats import as_numpy, resample_indices
 
-__all__ = ["SMALL_N", "Evidence", "correlation", "held_out_peak_drop", "holm", "mean_effect", "paired_difference"]
+__all__ = ["SMALL_N", "Evidence", "correlation", "held_out_peak_drop", "holm", "mean_effect", "paired_difference",
+           "unit_trends"]
 
 SMALL_N = 8
 """Below this many units, tests are exact (enumerated) and no percentile bootstrap is used."""
@@ -109,10 +110,11 @@ def _sign_flip_p(d: np.ndarray, rng: np.random.Generator, n_perm: int) -> tuple[
 
 
 def mean_effect(x: Any, *, null: float = 0.0, unit: str, n_boot: int = 2000, n_perm: int = 4000, seed: int = 0,
-                level: float = 0.95) -> Evidence:
+                level: float = 0.95, bounds: tuple[float, float] | None = None) -> Evidence:
     """Evidence that the mean of per-unit values ``x`` ([n], one value per unit) differs from ``null``:
     a sign-flip test of ``x - null`` (exact up to 12 units) and the Student-t interval of the mean.
-    ``n_boot`` is accepted for a uniform signature; a mean needs no bootstrap."""
+    ``n_boot`` is accepted for a uniform signature; a mean needs no bootstrap. ``bounds``: the range of
+    the per-unit values (e.g. (-1, 1) for correlations); the interval is clipped to it."""
     del n_boot
     d = _units(x, "mean_effect") - null
     rng = np.random.default_rng(seed)
@@ -121,6 +123,8 @@ def mean_effect(x: Any, *, null: float = 0.0, unit: str, n_boot: int = 2000, n_p
         lo = hi = float(d.mean())
     else:
         lo, hi = _t_interval(d, level)
+    if bounds is not None:
+        lo, hi = max(lo, bounds[0] - null), min(hi, bounds[1] - null)
     return Evidence(estimate=float(d.mean()) + null, low=lo + null, high=hi + null, p_greater=p_g, p_less=p_l,
                     unit=unit, n=int(d.size), method=f"t-interval; {how}", null=null, p_min=p_min)
 
@@ -237,3 +241,22 @@ def holm(pvalues: Any) -> np.ndarray:
     out = np.empty(m)
     out[order] = np.minimum(adj, 1.0)
     return out
+
+
+def unit_trends(curves: Any, *, kind: str = "spearman") -> np.ndarray:
+    """Per-unit rank correlation of a curve with its index: ``curves`` [n_units, n_points] -> [n_units].
+
+    The unit-level statistic of a trend claim ("the loss falls with depth"): one Spearman rho per
+    document (or prompt, seed), so that the claim is then tested over units with :func:`mean_effect`
+    rather than over the points of one averaged curve (whose n is the number of depths, not of units)."""
+    c = as_numpy(curves)
+    if c.ndim != 2 or c.shape[1] < 3:
+        raise ValueError(f"unit_trends needs curves [n_units, n_points >= 3], got shape {c.shape}")
+    if kind not in ("spearman", "pearson"):
+        raise ValueError(f"kind must be 'spearman' or 'pearson', got {kind!r}")
+    x = np.arange(c.shape[1], dtype=np.float64)
+    if kind == "spearman":
+        from scipy.stats import rankdata
+
+        c = rankdata(c, axis=1)
+    return _pearson_rows(x, c)

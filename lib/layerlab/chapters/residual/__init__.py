@@ -8,12 +8,12 @@ The chapter protocol (``layerlab.core.protocol``): ``PRESETS``/``preset`` (prese
 """
 
 from layerlab.chapters.residual import plots
-from layerlab.chapters.residual.claims import claims
+from layerlab.chapters.residual.claims import claims, prose
 from layerlab.chapters.residual.presets import PRESETS, ResidualPreset, preset
-from layerlab.chapters.residual.run import Interval, ResidualResult, run
+from layerlab.chapters.residual.run import DocumentUnits, Interval, ResidualResult, run
 
 USES_FAMILY = False
 """``run`` loads its own model; it needs no ``layerlab.training.family.get_family``."""
 
-__all__ = ["PRESETS", "USES_FAMILY", "Interval", "ResidualPreset", "ResidualResult", "claims", "plots", "preset",
-           "run"]
+__all__ = ["PRESETS", "USES_FAMILY", "DocumentUnits", "Interval", "ResidualPreset", "ResidualResult", "claims",
+           "plots", "preset", "prose", "run"]

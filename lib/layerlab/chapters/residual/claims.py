@@ -1,9 +1,17 @@
 """Chapter 1, "Reading the residual stream": the claim rows, from a :class:`ResidualResult`.
 
-R1 is an identity of the lens definitions (at the final residual both lenses are the model); R2/R2b
-the logit-lens expectation that the loss falls with depth (nostalgebraist 2020; the frozen lens of
-Kamigaito et al. 2025, Eq. 1); R3 the frozen-lens drop in nats; R4 this environment's perplexity on
-the Britannica article; R5 training vs the random-init twin; R6 the growth of pre-LN residual norms.
+R1 is an identity of the lens definitions (at the final residual both lenses are the model) and is
+tagged [identity]; R2/R2b are the logit-lens expectation that the loss falls with depth
+(nostalgebraist 2020; the frozen lens of Kamigaito et al. 2025, Eq. 1); R3 the frozen-lens drop in
+nats; R5 training vs the random-init twin; R6 the growth of pre-LN residual norms.
+
+Every empirical row is tested over **documents** (windows cut from one document share its text):
+one statistic per document (a Spearman rho of the document's mean curve against depth, a drop, a
+paired loss gap), then :func:`layerlab.report.inference.mean_effect` (exact sign-flip test below
+13 documents, Student-t interval) and the :class:`layerlab.report.verdicts.Direction` rule. With
+fewer than 6 documents no exact test can reach p <= 0.025, and the rows say "inconclusive" with that
+reason. The earlier perplexity sanity row (a reference value of "about 34" with no source) is gone:
+the chapter reports the number and its interval, without a verdict.
 """
 
 from __future__ import annotations
@@ -11,51 +19,104 @@ from __future__ import annotations
 import math
 
 from layerlab.chapters.residual.run import ResidualResult
-from layerlab.report.claims import Claim, fmt, verdict_from_ci, verdict_identity, verdict_within
+from layerlab.report.claims import Claim, fmt
+from layerlab.report.inference import Evidence, mean_effect, unit_trends
+from layerlab.report.verdicts import Direction, Identity
 
-__all__ = ["IDENTITY_TOL", "SANITY_BAND", "claims"]
+__all__ = ["IDENTITY_TOL", "RULES", "claims", "evidence", "norm_sentence", "prose"]
 
 IDENTITY_TOL = {"float32": 1e-4}
 """Tolerance of the R1 identity by parameter dtype (1e-9 for any other, i.e. float64)."""
-SANITY_BAND = (34 / 1.3, 34 * 1.3)
-"""R4: this environment's reference perplexity (about 34) on the Britannica article, within a factor 1.3."""
+
+RULES = {"R2": Direction(direction="less"), "R2b": Direction(direction="less"), "R3": Direction(),
+         "R5": Direction(), "R6": Direction()}
+"""The rule of each empirical row (the null is 0 for all of them)."""
+RHO = (-1.0, 1.0)
+"""Range of a per-document rank correlation (its mean's interval is clipped to it)."""
+
+
+def evidence(result: ResidualResult, *, seed: int = 0) -> dict[str, Evidence]:
+    """Per-document evidence of every empirical row (and of the random twin, ``*_random``)."""
+    u = result.units
+    docs = "documents"
+    ev = {
+        "R2": mean_effect(unit_trends(u.lens_recompute), unit=docs, seed=seed, bounds=RHO),
+        "R2b": mean_effect(unit_trends(u.lens_frozen), unit=docs, seed=seed, bounds=RHO),
+        "R3": mean_effect(u.lens_frozen[:, 0] - u.lens_frozen[:, -1], unit=docs, seed=seed),
+        "R5": mean_effect(u.gap, unit=docs, seed=seed),
+        "R6": mean_effect(unit_trends(u.norm), unit=docs, seed=seed, bounds=RHO),
+    }
+    if len(u.documents_random) >= 2:
+        ev["R2_random"] = mean_effect(unit_trends(u.lens_recompute_random), unit=docs, seed=seed, bounds=RHO)
+        ev["R2b_random"] = mean_effect(unit_trends(u.lens_frozen_random), unit=docs, seed=seed, bounds=RHO)
+        ev["R3_random"] = mean_effect(u.lens_frozen_random[:, 0] - u.lens_frozen_random[:, -1], unit=docs,
+                                      seed=seed)
+        ev["R6_random"] = mean_effect(unit_trends(u.norm_random), unit=docs, seed=seed, bounds=RHO)
+    return ev
+
+
+def _control(ev: dict[str, Evidence], key: str, what: str) -> str:
+    e = ev.get(f"{key}_random")
+    if e is None:
+        return "random init: fewer than 2 documents"
+    return f"random init: {what} {fmt(e.estimate)} [{fmt(e.low)}, {fmt(e.high)}] (n = {e.n})"
 
 
 def claims(result: ResidualResult) -> list[Claim]:
-    """The chapter's claim table rows (R1-R6, R2b), in the order the book prints them."""
+    """The chapter's claim table rows (R1, R2, R2b, R3, R5, R6), in the order the book prints them."""
     r = result
     tol = IDENTITY_TOL.get(r.model_dtype, 1e-9)
-    band = SANITY_BAND
-    t, tr, tf, tfr = r.trend, r.trend_random, r.trend_frozen, r.trend_frozen_random
-    drop, drop_r, gap, nt = r.drop, r.drop_random, r.gap, r.norm_trend
-    return [
+    ident = Identity(tol=tol).decide_error(r.ident_err)
+    ev = evidence(r, seed=r.preset.seed)
+    rows = [
         Claim("R1", "The lens of the final residual reproduces the model's logits and loss (both lenses)",
-              "exact", "identity", r.ident_err, None, None, f"tolerance {tol:g}",
-              verdict_identity(r.ident_err, tol), "max |difference| over sampled positions"),
-        Claim("R2", "Recompute-lens loss falls with depth (Spearman rho of depth vs loss < 0)",
-              "loss falls with depth", "reconstructed", t.estimate, t.low, t.high,
-              f"random init: rho = {fmt(tr.estimate)}", verdict_from_ci(t.low, t.high, "less", 0.0),
-              "nostalgebraist (2020); rho over depths 0..L of the mean loss"),
-        Claim("R2b", "Frozen-lens loss falls with depth (Spearman rho of depth vs loss < 0)",
-              "loss falls with depth", "reconstructed", tf.estimate, tf.low, tf.high,
-              f"random init: rho = {fmt(tfr.estimate)}", verdict_from_ci(tf.low, tf.high, "less", 0.0),
-              "Kamigaito et al. (2025) Eq. 1 readout; partial sums of residual members"),
-        Claim("R3", "The blocks lower the frozen-lens loss: NLL(embedding) - NLL(final) > 0 nats",
-              "> 0", "reconstructed", drop.estimate, drop.low, drop.high,
-              f"random init: {fmt(drop_r.estimate)} [{fmt(drop_r.low)}, {fmt(drop_r.high)}]",
-              verdict_from_ci(drop.low, drop.high, "greater", 0.0),
-              "frozen lens (the recompute lens at depth 0 is dominated by the tied embedding)"),
-        Claim("R4", "Perplexity on the Britannica 'Shakespeare' article is about 34",
-              "≈ 34", "environment", r.sanity.estimate, r.sanity.low, r.sanity.high,
-              f"band {band[0]:.0f}-{band[1]:.0f}; random init: {fmt(r.ppl_random.estimate)} (all windows)",
-              verdict_within(r.sanity.low, r.sanity.high, band),
-              f"{r.preset.model}, windows of {r.preset.window} tokens, {r.sanity_windows} windows"),
-        Claim("R5", "Training lowers held-out loss vs the random-init twin (nats/token, paired)",
-              "> 0", "reconstructed", gap.estimate, gap.low, gap.high,
-              f"random init: NLL {fmt(r.nll_random.estimate)} vs ln V = {fmt(math.log(r.vocab))}",
-              verdict_from_ci(gap.low, gap.high, "greater", 0.0), f"{r.random_windows} shared windows"),
-        Claim("R6", "The residual norm grows with depth (Spearman rho of depth vs norm > 0)",
-              "grows", "reconstructed", nt.estimate, nt.low, nt.high,
-              f"random init: rho = {fmt(r.norm_trend_random.estimate)}",
-              verdict_from_ci(nt.low, nt.high, "greater", 0.0), "pre-LN residual streams grow with depth"),
+              "exact", "identity", r.ident_err, None, None, f"tolerance {tol:g}", ident.verdict,
+              "max |difference| over sampled positions", rule=ident.rule, reading=ident.reading),
     ]
+    spec = [
+        ("R2", "Recompute-lens loss falls with depth (mean per-document Spearman rho of depth vs loss < 0)",
+         "loss falls with depth", "rho", "nostalgebraist (2020)"),
+        ("R2b", "Frozen-lens loss falls with depth (mean per-document Spearman rho of depth vs loss < 0)",
+         "loss falls with depth", "rho", "Kamigaito et al. (2025) Eq. 1 readout"),
+        ("R3", "The blocks lower the frozen-lens loss: NLL(embedding) - NLL(final) > 0 nats per token",
+         "> 0", "drop", "frozen lens (the recompute lens at depth 0 is dominated by the tied embedding)"),
+        ("R5", "Training lowers held-out loss vs the random-init twin (nats/token, paired per document)",
+         "> 0", "", f"{r.random_windows} shared windows; random init NLL {fmt(r.nll_random.estimate)} "
+                    f"vs ln V = {fmt(math.log(r.vocab))}"),
+        ("R6", "The residual norm grows with depth (mean per-document Spearman rho of depth vs norm > 0)",
+         "grows", "rho", "pre-LN residual streams grow with depth"),
+    ]
+    for cid, text, paper, what, note in spec:
+        e = ev[cid]
+        null = _control(ev, cid, what) if cid != "R5" else "paired: same windows, twin minus trained"
+        rows.append(Claim.decided(id=cid, claim=text, paper=paper, tag="reconstructed", evidence=e,
+                                  decision=RULES[cid].decide(e), null=null, note=note))
+    return rows
+
+
+def norm_sentence(rows: list[Claim]) -> str:
+    """The sentence the norm section closes with, chosen by R6's verdict (never typed as a conclusion)."""
+    r6 = next(c for c in rows if c.id == "R6")
+    if r6.verdict == "supported":
+        return ("Because the residual grows with depth (claim R6, supported over documents), an early "
+                "residual is short next to the final one: the two lenses disagree most there, and the size "
+                "of a block's output alone does not say how much the block matters.")
+    return (f"Whether the residual grows with depth is not settled at this profile (claim R6: {r6.verdict}, "
+            f"n = {r6.n} {r6.unit}), so nothing here is read into the size of a block's output.")
+
+
+def prose(result: ResidualResult, rows: list[Claim]) -> dict[str, object]:
+    """What the prose glues from the claims: per-document trend estimates with their intervals and n,
+    and the generated sentences (IPython Markdown, for ``{glue:md}``)."""
+    from IPython.display import Markdown
+
+    ev = evidence(result, seed=result.preset.seed)
+    out: dict[str, object] = {"n_docs": ev["R2"].n}
+    for key, name in (("R2", "rho_doc"), ("R2b", "rho_f_doc"), ("R6", "norm_rho_doc")):
+        e = ev[key]
+        out.update({name: e.estimate, f"{name}_low": e.low, f"{name}_high": e.high})
+        r = ev.get(f"{key}_random")
+        out[f"{name}_r"] = r.estimate if r is not None else float("nan")
+    out["norm_sentence"] = Markdown(norm_sentence(rows))
+    out.update({f"reading_{c.id}": Markdown(c.reading) for c in rows})
+    return out

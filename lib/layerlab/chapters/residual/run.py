@@ -29,7 +29,7 @@ from layerlab.data import corpora
 from layerlab.data.corpora import TokenWindows
 from layerlab.report import stats
 
-__all__ = ["Interval", "ResidualResult", "run"]
+__all__ = ["DocumentUnits", "Interval", "ResidualResult", "run"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +44,48 @@ class Interval:
     def of(cls, ci: Any) -> Interval:
         """From a :class:`layerlab.report.stats.CI` (estimate, low, high) or ``Corr`` (r, low, high, p)."""
         return cls(estimate=float(ci[0]), low=float(ci[1]), high=float(ci[2]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DocumentUnits:
+    """Per-document summaries: the resampling unit of the chapter's claims.
+
+    Windows cut from one document share its text, so the claims are tested over documents, not over
+    windows or positions. Curves [D, L+1] are means over the document's sampled positions at each depth;
+    ``gap`` [D_r] is the mean per-token NLL of the random-init twin minus the trained model's on the
+    shared windows of each document (paired: same tokens)."""
+
+    documents: list[str]
+    lens_recompute: np.ndarray
+    lens_frozen: np.ndarray
+    norm: np.ndarray
+    documents_random: list[str]
+    lens_recompute_random: np.ndarray
+    lens_frozen_random: np.ndarray
+    norm_random: np.ndarray
+    gap: np.ndarray
+
+
+def _per_document(res: LensResult, doc_of_window: np.ndarray) -> tuple[list[str], dict[str, np.ndarray]]:
+    """Mean lens NLL and norm curves per document ([D, L+1] each) from per-position arrays."""
+    pos_doc = doc_of_window[res.window_of]  # [P]
+    docs = sorted(set(pos_doc.tolist()))
+    curves = {name: np.stack([arr[:, pos_doc == d].mean(axis=1) for d in docs])
+              for name, arr in (("rec", res.nll_recompute), ("fro", res.nll_frozen), ("norm", res.norm))}
+    return docs, curves
+
+
+def document_units(res: LensResult, res_r: LensResult, windows: TokenWindows, rand_idx: np.ndarray,
+                   trained_sub: np.ndarray, random_sub: np.ndarray) -> DocumentUnits:
+    """The chapter's per-document units for the trained model and its random-init twin."""
+    doc_ids = np.asarray(windows.doc_ids)
+    docs, c = _per_document(res, doc_ids)
+    docs_r, c_r = _per_document(res_r, doc_ids[rand_idx])
+    rdocs = doc_ids[rand_idx]
+    gap = np.array([(random_sub - trained_sub)[rdocs == d].mean() for d in docs_r])
+    return DocumentUnits(documents=docs, lens_recompute=c["rec"], lens_frozen=c["fro"], norm=c["norm"],
+                         documents_random=docs_r, lens_recompute_random=c_r["rec"],
+                         lens_frozen_random=c_r["fro"], norm_random=c_r["norm"], gap=gap)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +133,7 @@ class ResidualResult:
     drop_random: Interval
     norm_trend: Interval
     norm_trend_random: Interval
+    units: DocumentUnits
     numbers: dict[str, Any]
 
     def per_doc_table(self) -> pd.DataFrame:
@@ -185,7 +228,8 @@ def _compute(P: ResidualPreset, model: nn.Module, windows: TokenWindows) -> Resi
         ident_err=lens["ident_err"], trend=Interval.of(lens["trend"]), trend_random=Interval.of(lens["trend_r"]),
         trend_frozen=Interval.of(lens["trend_f"]), trend_frozen_random=Interval.of(lens["trend_fr"]),
         drop=Interval.of(lens["drop"]), drop_random=Interval.of(lens["drop_r"]),
-        norm_trend=Interval.of(norm_trend), norm_trend_random=Interval.of(norm_trend_r), numbers=numbers,
+        norm_trend=Interval.of(norm_trend), norm_trend_random=Interval.of(norm_trend_r),
+        units=document_units(res, res_r, windows, rand_idx, trained_sub, random_sub), numbers=numbers,
     )
 
 
