@@ -65,3 +65,12 @@ def test_fmt():
     assert claims.fmt(math.nan) == "—"
     assert claims.fmt(34.123) == "34.1"
     assert claims.fmt(1.5e-6) == "1.5e-06"
+
+
+def test_render_escapes_colours_and_drops_the_index():
+    rows = [claims.Claim("R1", "rho < 0 & falls", "x", "paper", 0.1, 0.0, 1.0, "n", "supported"),
+            claims.Claim("R2", "b", "x", "paper", 0.1, 0.0, 1.0, "n", "contradicted")]
+    html = claims.render(rows).to_html()
+    assert "rho &lt; 0 &amp; falls" in html  # the claim text survives HTML
+    assert claims.VERDICT_COLOURS["supported"] in html and claims.VERDICT_COLOURS["contradicted"] in html
+    assert 'class="claim-table"' in html and ">0</th>" not in html  # no 0..N index column

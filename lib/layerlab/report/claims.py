@@ -22,6 +22,7 @@ __all__ = [
     "TAGS",
     "VERDICTS",
     "claim_table",
+    "render",
     "fmt",
     "verdict_from_ci",
     "verdict_identity",
@@ -158,3 +159,21 @@ def verdict_within(low: float, high: float, band: tuple[float, float]) -> str:
 def verdict_identity(max_abs_error: float, tol: float) -> str:
     """Verdict for an exact identity checked numerically: supported iff the max |error| <= ``tol``."""
     return "supported" if max_abs_error <= tol else "contradicted"
+
+
+VERDICT_COLOURS = {"supported": "#d9ead3", "not supported": "#fce5cd", "contradicted": "#f4cccc",
+                   "inconclusive": "#eeeeee", "not testable offline": "#eeeeee"}
+"""Background of the verdict cell per verdict (light: readable in both themes with dark text)."""
+
+
+def render(claims: Iterable[Claim], digits: int = 3) -> Any:
+    """The claim table as the book shows it: a pandas Styler with no index, HTML-escaped text (a claim
+    such as "rho < 0" keeps its "<"), full cell text wrapped, and the verdict cell coloured."""
+    table = claim_table(claims, digits)
+
+    def colour(v: str) -> str:
+        return f"background-color: {VERDICT_COLOURS.get(v, '')}; color: #000; font-weight: bold"
+
+    return (table.style.format(escape="html").hide(axis="index").map(colour, subset=["verdict"])
+            .set_properties(**{"white-space": "normal", "text-align": "left", "vertical-align": "top"})
+            .set_table_attributes('class="claim-table"'))
