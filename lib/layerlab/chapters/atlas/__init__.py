@@ -10,10 +10,11 @@ metrics ``layerlab.metrics.*``), ``claims(result)`` (claims.py) and ``plots`` (p
 
 from layerlab.chapters.atlas import plots
 from layerlab.chapters.atlas.claims import claims, summary
+from layerlab.chapters.atlas.export import write
 from layerlab.chapters.atlas.presets import PRESETS, AtlasPreset, preset
 from layerlab.chapters.atlas.run import AtlasResult, run
 
 USES_FAMILY = False
 """``run`` loads its own model; the trained-family section is not part of this chapter yet."""
 
-__all__ = ["PRESETS", "USES_FAMILY", "AtlasPreset", "AtlasResult", "claims", "plots", "preset", "run", "summary"]
+__all__ = ["PRESETS", "USES_FAMILY", "AtlasPreset", "AtlasResult", "claims", "plots", "preset", "run", "summary", "write"]

@@ -138,8 +138,11 @@ def measure_all(P: AtlasPreset, model, windows: TokenWindows, layers: list[int],
         x = ids[s:s + P.batch_size]
         lp = measure.lens_positions(T, P.lens_positions, P.seed + b)
         mp = measure.lens_positions(T, P.member_positions, P.seed + 10_000 + b)
-        batches.append(_piece("atlas-batch", P, {"ids": _ids_hash(x), "layers": layers}, lambda: measure.batch_pieces(
-            model, x, layers, lens_pos=lp.to(P.device), member_pos=mp.to(P.device), member_chunk=P.member_chunk)))
+        def compute(x=x, lp=lp, mp=mp) -> dict:
+            return measure.batch_pieces(model, x, layers, lens_pos=lp.to(P.device), member_pos=mp.to(P.device),
+                                        member_chunk=P.member_chunk)
+
+        batches.append(_piece("atlas-batch", P, {"ids": _ids_hash(x), "layers": layers}, compute))
     out: dict[str, np.ndarray] = {}
     for k in batches[0]:
         axis = 0 if batches[0][k].ndim == 1 or k.startswith(("member_", "summaries")) else 1
@@ -149,7 +152,7 @@ def measure_all(P: AtlasPreset, model, windows: TokenWindows, layers: list[int],
     jac = []
     for w in _bar(samples, len(samples), "atlas: Jacobians", progress):
         x = ids[w]
-        jac.append(_piece("atlas-jacobian", P, {"ids": _ids_hash(x), "layers": jl}, lambda: measure.jacobian_piece(
+        jac.append(_piece("atlas-jacobian", P, {"ids": _ids_hash(x), "layers": jl}, lambda x=x: measure.jacobian_piece(
             model, x, T - 1, jl, k=P.coupling_k, seed=P.seed)))
     pick = [jl.index(layer) for layer in layers]
     for k in jac[0]:
