@@ -17,4 +17,5 @@ from layerlab.chapters.atlas.run import AtlasResult, run
 USES_FAMILY = False
 """``run`` loads its own model; the trained-family section is not part of this chapter yet."""
 
-__all__ = ["PRESETS", "USES_FAMILY", "AtlasPreset", "AtlasResult", "claims", "plots", "preset", "run", "summary", "write"]
+__all__ = ["PRESETS", "USES_FAMILY", "AtlasPreset", "AtlasResult", "claims", "plots", "preset", "run", "summary",
+           "write"]
