@@ -5,6 +5,8 @@
     python -m layerlab cache info                 what the cache holds, by kind, and what is stale
     python -m layerlab cache prune [--dry-run]    delete entries no current source fingerprint reaches
     python -m layerlab doctor [--profile gpu]     can this machine run a profile? (device, disk, hub, sizes)
+    python -m layerlab atlas MODEL [--profile P] [--tokens N] [--layers 0-11] [--out DIR]
+                                                  every lens on every layer of MODEL (atlas.csv/json/png)
 """
 
 from __future__ import annotations
@@ -58,6 +60,61 @@ def cache_prune(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _parse_layers(text: str) -> list[int]:
+    """"0,1,5", "0-11" or a mix ("0-3,7") -> sorted unique 0-based layers."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        try:
+            out.update(range(int(lo), int(hi) + 1) if sep else [int(part)])
+        except ValueError:
+            raise ValueError(f"--layers {text!r}: use 0-based layers like 0,1,5 or 0-11") from None
+    return sorted(out)
+
+
+def atlas(argv: list[str] | None = None) -> int:
+    """``python -m layerlab atlas MODEL``: every lens on every layer, written to DIR/<model>/atlas.*."""
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(prog="python -m layerlab atlas",
+                                 description="every lens on every layer of MODEL, side by side (issue 18)")
+    ap.add_argument("model", help="smollm2-135m, tiny-<family>, a hub id (owner/name) or a local HF folder")
+    ap.add_argument("--profile", default="cpu", help="smoke | cpu | gpu (default cpu)")
+    ap.add_argument("--tokens", type=int, default=None, help="scored tokens (default: the profile's)")
+    ap.add_argument("--layers", default=None, help="0-based layers: 0,1,5 or 0-11 (default: all)")
+    ap.add_argument("--out", default="atlas", help="output folder (default ./atlas)")
+    a = ap.parse_args(argv)
+
+    def fail(msg: str) -> int:
+        print(f"atlas: {msg}", file=sys.stderr)
+        raise SystemExit(2)
+
+    from layerlab.chapters import atlas as ch
+    from layerlab.core.models import ModelLoadError
+    from layerlab.data.fetch import MissingDataError
+
+    try:
+        over: dict = {"model": a.model}
+        if a.tokens is not None:
+            over["tokens"] = a.tokens
+        if a.layers is not None:
+            over["layers"] = tuple(_parse_layers(a.layers))
+        r = ch.run(ch.preset(a.profile, **over))
+    except (ValueError, ModelLoadError, MissingDataError) as e:
+        return fail(str(e))
+    out = Path(a.out) / a.model.strip("/").replace("/", "__")
+    files = ch.write(r, out)
+    import pandas as pd
+
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        print(r.compact().round(4).to_string())
+    print(f"{r.numbers['n_agree']} of {r.numbers['n_pairs']} lens pairs agree, {r.numbers['n_opposite']} opposite "
+          f"(Holm); {r.numbers['tiers']}")
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     usage = __doc__.split("\n\n")[1]
@@ -86,5 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             return cache_prune(rest[1:])
         print(f"unknown cache command {sub!r}: use `cache info` or `cache prune`\n{usage}", file=sys.stderr)
         return 2
-    print(f"unknown command {cmd!r}: choose one of fetch, family, cache, doctor\n{usage}", file=sys.stderr)
+    if cmd == "atlas":
+        return atlas(rest)
+    print(f"unknown command {cmd!r}: choose one of fetch, family, cache, doctor, atlas\n{usage}", file=sys.stderr)
     return 2

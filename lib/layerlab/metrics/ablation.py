@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -233,9 +233,19 @@ class EvalResult:
                    groups=f(d["groups"]), meta=d.get("meta", {}))
 
 
+def block_geometry(x_in: Tensor, x_out: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-token ShortGPT Block Influence 1 − cos(x_l, x_{l+1}) ``[L, B, T]`` (arXiv:2403.03853) and the
+    last-token angle arccos cos(x_l, x_{l+1}) ``[L, B]`` in radians (/π: Gromov et al.'s angular distance,
+    arXiv:2403.17887), float64, from block inputs and outputs ``[L, B, T, d]``."""
+    cos = torch.nn.functional.cosine_similarity(x_in.double(), x_out.double(), dim=-1)  # [L, B, T]
+    return 1 - cos, torch.arccos(cos[:, :, -1].clamp(-1, 1))
+
+
 @torch.no_grad()
 def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventions: Sequence[Intervention], *,
                            batch_size: int = 8, prefix_cache: bool = True, geometry: bool = False,
+                           points: Sequence[str] = (),
+                           on_batch: Callable[[int, Tensor, Tensor, Mapping[str, Tensor]], None] | None = None,
                            _token_level: bool = False) -> EvalResult:
     """Evaluate many interventions on the same windows; ``input_ids`` [N, T] with N >= 1, T >= 2 (or a
     list of 1-D sentences of >= 2 tokens each, scored per token).
@@ -246,6 +256,9 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
     is a full forward pass (the naive reference, bit-identical).
     With ``geometry`` also accumulates ShortGPT Block Influence BI_l = 1 − E_t cos(x_l, x_{l+1})
     (arXiv:2403.03853) and the last-token angular distance (1/π)·arccos cos(x_l, x_{l+1}) (arXiv:2403.17887).
+    ``on_batch(start, ids, logits, capture)`` is called after each batch's clean forward with the capture
+    of ``block_in``, ``block_out`` and the extra ``points`` (``layerlab.core.residual.POINTS``), so a caller
+    can read the clean pass (lens, norms, members) without a second forward; it does not change the result.
     """
     if isinstance(input_ids, (list, tuple)):
         if not input_ids:
@@ -269,15 +282,16 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
     device = next(model.parameters()).device  # inputs follow the model; results come back to the CPU
     for i in range(0, input_ids.shape[0], batch_size):
         ids = input_ids[i:i + batch_size].to(device)  # [B, T]
-        with capture(model, points=("block_in", "block_out")) as cap:
+        with capture(model, points=("block_in", "block_out", *points)) as cap:
             logits = model(ids).logits
         nll_fn = _token_nll if _token_level else window_nll
         base.append(nll_fn(logits, ids).cpu())
+        if on_batch is not None:
+            on_batch(i, ids, logits, cap)
         if geometry:
-            x_in, x_out = cap["block_in"].double(), cap["block_out"].double()  # [L, B, T, d]
-            cos = torch.nn.functional.cosine_similarity(x_in, x_out, dim=-1)  # [L, B, T]
-            bi_sum += (1 - cos).sum(dim=(1, 2)).cpu()
-            ang_sum += (torch.arccos(cos[:, :, -1].clamp(-1, 1)).sum(dim=1) / math.pi).cpu()
+            bi, angle = block_geometry(cap["block_in"], cap["block_out"])
+            bi_sum += bi.sum(dim=(1, 2)).cpu()
+            ang_sum += (angle.sum(dim=1) / math.pi).cpu()
             n_tok += ids.numel()
             n_last += ids.shape[0]
         block_in = cap["block_in"] if prefix_cache else None

@@ -89,15 +89,13 @@ def collect(
     Members of Kamigaito et al. 2025 (arXiv:2505.24009), Eq. 1; spec diversity.md sections 3.1-3.2.
     """
     _check_additive(model)
-    v = view(model)
-    p = v.final_norm_params()
     lengths = [int(s.shape[-1]) for s in sequences]
     want = [
         [lengths[j] - 1] if positions is None else [q % lengths[j] for q in positions[j]] for j in range(len(sequences))
     ]
     device = next(model.parameters()).device
     order = sorted(range(len(sequences)), key=lambda j: lengths[j])
-    per_seq: dict[int, tuple[Tensor, Tensor]] = {}
+    per_seq: dict[int, Tensor] = {}
     names: list[str] = []
     for s in range(0, len(order), batch_size):
         batch = order[s : s + batch_size]
@@ -108,14 +106,25 @@ def collect(
         union = sorted({q for j in batch for q in want[j]})
         con = contributions(model, ids.to(device), positions=union, level="module")
         names = con.names
-        with torch.no_grad():
-            for r, j in enumerate(batch):
-                u = con.members[r, [union.index(q) for q in want[j]]]  # [P_j, M, d]
-                h = torch.cumsum(u, dim=1)[:, 0::2]  # [P_j, L+1, d]: h_0 = e, h_k after block k
-                per_seq[j] = ((p.weight * p.center(u)).cpu(), p.scale(h).cpu())
-    g = torch.cat([per_seq[j][0] for j in range(len(sequences))])  # [N, M, d]
-    scales = torch.cat([per_seq[j][1] for j in range(len(sequences))])  # [N, L+1]
-    lab = torch.as_tensor(list(labels), dtype=torch.long)
+        for r, j in enumerate(batch):
+            per_seq[j] = con.members[r, [union.index(q) for q in want[j]]]  # [P_j, M, d]
+    u = torch.cat([per_seq[j] for j in range(len(sequences))])  # [N, M, d]
+    return member_features(model, u, labels, names)
+
+
+def member_features(model: nn.Module, u: Tensor, labels: Sequence[int] | Tensor, names: list[str]) -> MemberFeatures:
+    """Features of raw residual writes ``u`` [N, M, d] (module level: embed, attn0, mlp0, ...; they sum to
+    h_L) read at N positions with ``labels`` [N]: the normed numerators g_i = w ⊙ center(u_i) and the
+    final-norm denominators r_k of every partial residual (what :func:`collect` stores; a caller that
+    already captured the writes in its own forward pass uses this directly). Computed on the model's
+    device; the features are returned on the CPU."""
+    _check_additive(model)
+    p = view(model).final_norm_params()
+    with torch.no_grad():
+        u = u.to(next(model.parameters()).device)
+        h = torch.cumsum(u, dim=1)[:, 0::2]  # [N, L+1, d]: h_0 = e, h_k after block k
+        g, scales = (p.weight * p.center(u)).cpu(), p.scale(h).cpu()
+    lab = torch.as_tensor(list(labels) if not isinstance(labels, Tensor) else labels, dtype=torch.long)
     if lab.shape[0] != g.shape[0]:
         raise ValueError(f"{lab.shape[0]} labels for {g.shape[0]} read positions")
     beta = p.bias.detach().to("cpu", g.dtype) if p.bias is not None else torch.zeros(g.shape[-1], dtype=g.dtype)

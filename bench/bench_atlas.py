@@ -1,0 +1,103 @@
+"""The layer atlas with shared passes vs each lens computed separately, on the same tokens (issue 18).
+
+Three variants of the clean-pass lenses of one batch of windows (the Jacobians and the weights are the same
+computation in every variant, so they are timed once and added):
+
+* ``shared``: the atlas (``measure.batch_pieces``): one clean forward with capture inside the prefix-cached
+  ablation engine serves every operator, both logit lenses, the norms, block influence / angular distance
+  and the diversity members;
+* ``separate``: each chapter's computation on its own: one prefix-cached sweep per operator (each with its
+  own clean pass), a capture forward for the lens and norms, a geometry pass, and ``members.collect``;
+* ``naive``: as ``separate`` but every ablation is a full forward pass (no prefix cache).
+
+Rounds are interleaved (``_timing.interleaved``: shared, separate, naive, ...), the per-round ratios'
+median is printed with its spread, and the outputs of ``shared`` and of the metric-by-metric path are
+checked bit-identical first.
+
+    python bench/bench_atlas.py                  # SmolLM2-135M (offline), 2 windows of 128 tokens
+    python bench/bench_atlas.py --quick          # tiny-llama (12 layers), 2 windows of 64, 2 rounds
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import _timing as tm  # noqa: E402
+import torch  # noqa: E402
+
+from layerlab.chapters.atlas import measure  # noqa: E402
+from layerlab.core.arch import view  # noqa: E402
+from layerlab.core.models import load_model, tiny_model  # noqa: E402
+from layerlab.core.residual import run_with_capture  # noqa: E402
+from layerlab.metrics import ablation, members  # noqa: E402
+
+
+def separate(model, ids, layers, lp, mp, *, prefix_cache: bool) -> None:
+    """Every lens by its own chapter's computation (outputs discarded: this is the timing baseline)."""
+    for op in measure.OPS:
+        ablation.evaluate_interventions(model, ids, ablation.sweep_interventions(model, [op], layers),
+                                        batch_size=ids.shape[0], prefix_cache=prefix_cache)
+    _, cap = run_with_capture(model, ids, ("block_in", "block_out"))
+    measure._lens_stats(model, ids, cap["block_in"], cap["block_out"], lp)
+    del cap
+    ablation.evaluate_interventions(model, ids, [], batch_size=ids.shape[0], geometry=True)
+    labels = ids[:, mp + 1].reshape(-1).tolist()
+    feats = members.collect(model, list(ids), labels, [mp.tolist()] * ids.shape[0], batch_size=ids.shape[0])
+    measure._member_stats(model, feats, 4)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--windows", type=int, default=2)
+    ap.add_argument("--window", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=None)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    if a.quick and a.model is None:
+        model = tiny_model("llama", dtype=torch.float32, num_hidden_layers=12)
+    else:
+        model, _ = load_model(a.model or "smollm2-135m")
+    model.eval()
+    T = a.window or (64 if a.quick else 128)
+    rounds = a.rounds or (2 if a.quick else 3)
+    V = view(model).vocab_size
+    ids = torch.randint(0, V, (a.windows, T), generator=torch.Generator().manual_seed(0))
+    layers = list(range(view(model).n_layers))
+    lp, mp = measure.lens_positions(T, 16, 0), measure.lens_positions(T, 2, 1)
+
+    got = measure.batch_pieces(model, ids, layers, lens_pos=lp, member_pos=mp, member_chunk=4)
+    ref = measure.batch_pieces(model, ids, layers, lens_pos=lp, member_pos=mp, member_chunk=4, shared=False)
+    same = all(torch.equal(got[k], ref[k]) for k in got)
+    print(f"model {a.model or ('tiny-llama (12 layers)' if a.quick else 'smollm2-135m')}: {len(layers)} layers, "
+          f"{a.windows} windows of {T} tokens, {len(measure.OPS)} operators; shared == separate: "
+          f"{'bit-identical' if same else 'DIFFERENT'}")
+
+    t0 = time.perf_counter()
+    measure.jacobian_piece(model, ids[0], T - 1, layers, k=10)
+    measure.weight_piece(model)
+    fixed = time.perf_counter() - t0
+    fns = {
+        "shared": lambda: measure.batch_pieces(model, ids, layers, lens_pos=lp, member_pos=mp, member_chunk=4),
+        "separate": lambda: separate(model, ids, layers, lp, mp, prefix_cache=True),
+        "naive": lambda: separate(model, ids, layers, lp, mp, prefix_cache=False),
+    }
+    with torch.no_grad():
+        times = tm.interleaved(fns, rounds=rounds, warmup=1)
+    for k, ts in times.items():
+        print(f"  {k:9s} {tm.spread(ts)}")
+    print(f"  Jacobians (1 sample) + weights, the same in every variant: {fixed:.3f} s")
+    for base in ("separate", "naive"):
+        med, lo, hi = tm.pair_ratio(times[base], times["shared"])
+        total = tm.pair_ratio([t + fixed for t in times[base]], [t + fixed for t in times["shared"]])[0]
+        print(f"speed-up of the shared passes over {base:8s}: {med:.2f}x (per-round min {lo:.2f}, max {hi:.2f}); "
+              f"with the Jacobians and weights: {total:.2f}x  (goal >= 2x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The atlas's statistics: per-layer estimates with 95% CIs over documents, the agreement between lenses
+(Spearman over layers, permutation p, bootstrap CI, Holm over pairs) and the tiers (agglomerative
+clustering of the layers on all rank-normalised lenses). Pure functions of the measured pieces."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from layerlab.metrics import ablation
+from layerlab.metrics.infotheory import marginal_gains
+from layerlab.report.inference import Evidence, correlation, holm
+from layerlab.report.stats import bootstrap_ci
+
+__all__ = ["LENSES", "agreement", "layer_table", "tiers"]
+
+#: lens -> (family, what it is). Higher values: more loss on ablation, more loss removed, larger norm growth,
+#: more change, larger Jacobian, more coupled than the null, worse / more diverse member, more information,
+#: more predictable weights, more negative-or-positive delta correlation.
+LENSES: dict[str, tuple[str, str]] = {
+    "skip": ("ablation", "ΔNLL when the block is skipped (nats)"),
+    "skip_attn": ("ablation", "ΔNLL when the attention write is skipped"),
+    "skip_mlp": ("ablation", "ΔNLL when the MLP write is skipped"),
+    "neighbour_avg": ("ablation", "ΔNLL when the block is replaced by its neighbours' average"),
+    "lens_drop_recompute": ("residual", "logit-lens NLL removed by the block (recomputed norm)"),
+    "lens_drop_frozen": ("residual", "logit-lens NLL removed by the block (frozen norm)"),
+    "norm_growth": ("residual", "‖h_{l+1}‖ / ‖h_l‖"),
+    "block_influence": ("residual", "ShortGPT block influence 1 − cos(x_l, x_{l+1})"),
+    "angular_distance": ("residual", "angular distance at the last token (Gromov et al.)"),
+    "spectral_norm": ("coupling", "spectral norm of the block Jacobian"),
+    "jacobian_fro": ("coupling", "‖J‖_F of the block Jacobian"),
+    "coupling": ("coupling", "m_K(null) − m_K to the neighbouring blocks (higher: more coupled)"),
+    "attn_bias": ("diversity", "bias term of the attention member"),
+    "attn_div": ("diversity", "diversity term of the attention member"),
+    "mlp_bias": ("diversity", "bias term of the MLP member"),
+    "mlp_div": ("diversity", "diversity term of the MLP member"),
+    "info_gain": ("diversity", "information gain of the lens summary I(S_{l+1};Y) − I(S_l;Y) (bits)"),
+    "weight_r2": ("anatomy", "held-out lag-1 R² of the layer's weight innovation"),
+    "delta_corr": ("anatomy", "consecutive weight-delta correlation centred on the layer"),
+}
+
+
+def _row(layer: int, lens: str, est: float, low: float | None = None, high: float | None = None) -> dict:
+    nan = math.nan
+    return {"layer": layer, "lens": lens, "family": LENSES[lens][0], "estimate": float(est),
+            "low": nan if low is None else float(low), "high": nan if high is None else float(high)}
+
+
+def _ci(x: np.ndarray, groups: np.ndarray, n_boot: int, seed: int) -> tuple[float, float, float]:
+    ok = np.isfinite(x)
+    if not ok.any():
+        return math.nan, math.nan, math.nan
+    ci = bootstrap_ci(x[ok], n_boot=n_boot, seed=seed, groups=groups[ok])
+    return ci.estimate, ci.low, ci.high
+
+
+def layer_table(p: Mapping[str, np.ndarray], layers: list[int], docs: np.ndarray, member_docs: np.ndarray,
+                jac_docs: np.ndarray, *, n_boot: int, seed: int) -> pd.DataFrame:
+    """Long table (layer, lens, family, estimate, low, high): statistics with 95% CIs over documents
+    (per-window values resampled by document; ablations are paired ΔNLL via ``ablation.effect``)."""
+    rows = []
+    info, gains = marginal_gains(p["summaries"], p["labels"])
+    for i, layer in enumerate(layers):
+        for op in ("skip", "skip_attn", "skip_mlp", "neighbour_avg"):
+            e = ablation.effect(p["base"], p[f"nll/{op}@{layer}"], groups=docs, n_boot=n_boot, seed=seed)
+            rows.append(_row(layer, op, e["dnll"], e["dnll_low"], e["dnll_high"]))
+        for v in ("recompute", "frozen"):
+            lens = p[f"lens_{v}"]
+            rows.append(_row(layer, f"lens_drop_{v}", *_ci(lens[layer] - lens[layer + 1], docs, n_boot, seed)))
+        for name in ("norm_growth", "block_influence", "angular_distance"):
+            rows.append(_row(layer, name, *_ci(p[name][layer], docs, n_boot, seed)))
+        for name in ("spectral_norm", "jacobian_fro"):
+            rows.append(_row(layer, name, *_ci(p[name][:, i], jac_docs, n_boot, seed)))
+        rows.append(_row(layer, "coupling", *_ci(p["coupling_null"][:, i] - p["coupling"][:, i], jac_docs,
+                                                 n_boot, seed)))
+        for kind, m in (("attn", 1 + 2 * layer), ("mlp", 2 + 2 * layer)):
+            rows.append(_row(layer, f"{kind}_bias", *_ci(p["member_bias"][:, m], member_docs, n_boot, seed)))
+            rows.append(_row(layer, f"{kind}_div", *_ci(p["member_div"][:, m], member_docs, n_boot, seed)))
+        rows.append(_row(layer, "info_gain", gains[layer + 1]))
+        rows.append(_row(layer, "weight_r2", p["weight_r2"][layer]))
+        rows.append(_row(layer, "delta_corr", p["delta_corr"][layer]))
+    return pd.DataFrame(rows)
+
+
+def wide(table: pd.DataFrame) -> pd.DataFrame:
+    """Layers (rows) x lenses (columns, in :data:`LENSES` order) of the estimates."""
+    w = table.pivot(index="layer", columns="lens", values="estimate")
+    return w[[c for c in LENSES if c in w.columns]]
+
+
+def _usable(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
+        return np.zeros_like(ok)
+    return ok
+
+
+def agreement(w: pd.DataFrame, *, n_boot: int, n_perm: int, seed: int, alpha: float = 0.05) -> pd.DataFrame:
+    """One row per lens pair: Spearman ρ over the layers where both are defined, bootstrap CI over layers,
+    permutation p (``report.inference.correlation``), Holm-adjusted one-sided p over all pairs, a verdict
+    (agree: ρ > 0 significant after Holm; opposite: ρ < 0 significant; no evidence) and its sentence."""
+    cols = list(w.columns)
+    rows, evs = [], []
+    for i, a in enumerate(cols):
+        for b in cols[i + 1:]:
+            x, y = w[a].to_numpy(float), w[b].to_numpy(float)
+            ok = _usable(x, y)
+            ev = (correlation(x[ok], y[ok], unit="layers", n_boot=n_boot, n_perm=n_perm, seed=seed)
+                  if ok.sum() >= 3 else None)
+            evs.append(ev)
+            rows.append({"a": a, "b": b, "family_a": LENSES[a][0], "family_b": LENSES[b][0], "n": int(ok.sum())})
+    df = pd.DataFrame(rows)
+    have = [e is not None for e in evs]
+    got: list[Evidence] = [e for e in evs if e is not None]
+    for col, f in (("rho", lambda e: e.estimate), ("low", lambda e: e.low), ("high", lambda e: e.high),
+                   ("p_greater", lambda e: e.p_greater), ("p_less", lambda e: e.p_less)):
+        df[col] = [math.nan if e is None or f(e) is None else float(f(e)) for e in evs]
+    df["p_holm_greater"] = math.nan
+    df["p_holm_less"] = math.nan
+    if got:
+        df.loc[have, "p_holm_greater"] = holm([e.p_greater for e in got])
+        df.loc[have, "p_holm_less"] = holm([e.p_less for e in got])
+    a2 = alpha / 2
+    df["verdict"] = np.where(df.p_holm_greater <= a2, "agree",
+                             np.where(df.p_holm_less <= a2, "opposite", "no evidence"))
+    df["sentence"] = [_sentence(r) for r in df.itertuples()]
+    return df
+
+
+def _sentence(r) -> str:
+    if not np.isfinite(r.rho):
+        return f"{r.a} and {r.b}: undefined (a lens is constant or missing on the measured layers)."
+    ci = "" if not np.isfinite(r.low) else f" [{r.low:.2f}, {r.high:.2f}]"
+    est = f"ρ = {r.rho:.2f}{ci} over {r.n} layers"
+    if r.verdict == "agree":
+        return f"{r.a} and {r.b} pick the same layers ({est}; Holm p = {r.p_holm_greater:.2g})."
+    if r.verdict == "opposite":
+        return f"{r.a} and {r.b} rank the layers in opposite order ({est}; Holm p = {r.p_holm_less:.2g})."
+    return f"{r.a} and {r.b}: no evidence that they pick the same layers ({est})."
+
+
+def tiers(w: pd.DataFrame, n_tiers: int, *, order_by: str = "skip") -> pd.DataFrame:
+    """Agglomerative (Ward) clustering of the layers on every lens, each rank-normalised to (0, 1] (missing
+    values at the middle rank). Tier 1 is the cluster with the largest mean ``order_by`` rank."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    r = w.rank(pct=True).fillna(0.5)
+    n = len(r)
+    if n < 2:
+        return pd.DataFrame({"layer": r.index, "tier": 1})
+    lab = fcluster(linkage(r.to_numpy(), method="ward"), t=min(n_tiers, n), criterion="maxclust")
+    score = pd.Series(r[order_by].to_numpy(), index=lab).groupby(level=0).mean().sort_values(ascending=False)
+    rename = {c: i + 1 for i, c in enumerate(score.index)}
+    return pd.DataFrame({"layer": r.index.to_numpy(), "tier": [rename[c] for c in lab]})

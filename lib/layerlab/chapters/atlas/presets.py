@@ -1,0 +1,61 @@
+"""The layer atlas's presets: one frozen dataclass per profile (issue 18).
+
+``smoke`` runs a 6-layer random tiny Llama on a few hundred tokens (it checks the plumbing); ``cpu`` the
+offline SmolLM2-135M-Instruct on about a thousand scored tokens, sized for <= 10 min on two cores by sharing
+passes (measure.py); ``gpu`` the hub's base SmolLM2-135M on 64k tokens. Token budgets are scored tokens;
+layers are 0-based (``None``: all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from layerlab.core.protocol import Preset, make_preset
+
+__all__ = ["PRESETS", "AtlasPreset", "preset"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AtlasPreset(Preset):
+    """Settings of one profile (pick one with :func:`preset`). Lists are stored as tuples."""
+
+    model: str  # layerlab.core.models.load_model name (hub id, local folder, smollm2-135m, tiny-<family>)
+    tiny_layers: int | None = None  # tiny-* models only: depth of the random model
+    layers: tuple[int, ...] | None = None  # the layers to measure (None: every layer)
+    window: int = 128
+    tokens: int = 1_016  # scored tokens (windows of ``window`` ids from the test split)
+    batch_size: int = 4
+    lens_positions: int = 16  # positions per window read through both logit lenses
+    member_positions: int = 2  # positions per window whose residual members are decomposed (full vocabulary)
+    member_chunk: int = 4  # read positions per full-vocabulary readout chunk
+    jacobian_samples: int = 4  # windows (distinct documents first) whose last token gets block Jacobians
+    coupling_k: int = 10  # K of m_K (Aubry et al.; clipped to d)
+    n_tiers: int = 3
+    n_boot: int = 1000
+    n_perm: int = 2000
+    seed: int = 0  # the tiny model's seed, windows, positions, bootstraps and the coupling null
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, list):
+                object.__setattr__(self, f.name, tuple(v))
+
+
+PRESETS: dict[str, AtlasPreset] = {
+    "smoke": AtlasPreset(model="tiny-llama", tiny_layers=6, window=32, tokens=248, batch_size=4, lens_positions=8,
+                         member_positions=2, jacobian_samples=3, coupling_k=8, n_boot=200, n_perm=500),
+    # NOT yet shown to fit 10 min: the 4 x 30 suffix sweeps dominate; one --tokens 512 measurement on a machine
+    # at load average ~6 (2 cores) had not finished its single batch after 9.4 CPU-min (stopped). Re-measure idle.
+    "cpu": AtlasPreset(model="smollm2-135m"),
+    "gpu": AtlasPreset(model="HuggingFaceTB/SmolLM2-135M", device="cuda", window=1024, tokens=65_472, batch_size=16,
+                       lens_positions=64, member_positions=4, member_chunk=8, jacobian_samples=32, n_boot=2000,
+                       n_perm=10_000),
+}
+
+
+def preset(profile: str, **overrides: Any) -> AtlasPreset:
+    """``PRESETS[profile]`` with ``overrides`` (e.g. ``model="tiny-qwen2", tokens=512``); unknown profiles or
+    fields fail clearly."""
+    return make_preset(PRESETS, profile, **overrides)

@@ -1,0 +1,221 @@
+"""The layer atlas's run: preset -> :class:`AtlasResult` (issue 18).
+
+Loads the model, cuts document-respecting test windows, measures every lens on every requested layer from
+shared passes (:mod:`layerlab.chapters.atlas.measure`), each piece cached on its own (one batch of windows,
+one Jacobian sample, the weights), so an interrupted run resumes where it stopped; then the statistics of
+:mod:`layerlab.chapters.atlas.analysis`. The whole result is cached too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from layerlab.chapters.atlas import analysis as an
+from layerlab.chapters.atlas import measure
+from layerlab.chapters.atlas.presets import AtlasPreset
+from layerlab.core.arch import view
+from layerlab.core.cache import cached
+from layerlab.core.protocol import Provenance, provenance
+from layerlab.data.corpora import TokenWindows, token_windows
+from layerlab.data.fetch import data_fingerprint
+
+__all__ = ["AtlasResult", "check_layers", "load", "run"]
+
+MEASURE_FIELDS = ("model", "tiny_layers", "window", "tokens", "batch_size", "lens_positions", "member_positions",
+                  "member_chunk", "jacobian_samples", "coupling_k", "seed", "device", "dtype")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AtlasResult:
+    """Every lens on every measured layer of one model.
+
+    ``table``: long (layer, lens, family, estimate, low, high; 95% CIs over documents where the lens is a
+    statistic); ``agreement``: one row per lens pair (ρ, CI, permutation and Holm p, verdict, sentence);
+    ``tiers``: layer -> tier (1 = most important by skip); ``numbers``: the values the prose glues
+    (prefix ``atlas``), including the generated headline sentences.
+    """
+
+    provenance: Provenance
+    preset: AtlasPreset
+    n_layers: int
+    layers: list[int]
+    table: pd.DataFrame
+    agreement: pd.DataFrame
+    tiers: pd.DataFrame
+    numbers: dict[str, Any]
+
+    def wide(self) -> pd.DataFrame:
+        """Layers x lenses of the estimates."""
+        return an.wide(self.table)
+
+    def compact(self) -> pd.DataFrame:
+        """The per-layer table the CLI prints: 0- and 1-based layer, a few lenses, the tier."""
+        w = self.wide()
+        cols = [c for c in ("skip", "neighbour_avg", "lens_drop_recompute", "block_influence", "coupling",
+                            "mlp_div", "weight_r2") if c in w.columns]
+        out = w[cols].copy()
+        out.insert(0, "layer_1b", out.index + 1)
+        out["tier"] = self.tiers.set_index("layer").tier
+        return out
+
+    def matrix(self) -> pd.DataFrame:
+        """The symmetric Spearman ρ matrix of the lenses (diagonal 1)."""
+        names = list(self.wide().columns)
+        m = pd.DataFrame(np.eye(len(names)), index=names, columns=names)
+        for r in self.agreement.itertuples():
+            m.loc[r.a, r.b] = m.loc[r.b, r.a] = r.rho
+        return m
+
+
+def load(P: AtlasPreset):
+    """(model, tokenizer) of the preset on its device and dtype (tiny-* models get ``tiny_layers`` blocks)."""
+    from layerlab.core.models import byte_tokenizer, load_model, tiny_model
+
+    if P.model.startswith("tiny-") and P.tiny_layers:
+        model, tok = tiny_model(P.model[5:], seed=P.seed, dtype=P.torch_dtype,
+                                num_hidden_layers=P.tiny_layers), byte_tokenizer()
+    else:
+        model, tok = load_model(P.model, seed=P.seed, dtype=P.torch_dtype)
+    return model.to(P.device).eval(), tok
+
+
+def check_layers(layers: Any, n_layers: int) -> list[int]:
+    """The requested layers (None: all), sorted and unique; out-of-range ones fail with one clear message."""
+    if layers is None:
+        return list(range(n_layers))
+    out = sorted({int(x) for x in layers})
+    bad = [x for x in out if not 0 <= x < n_layers]
+    if bad or not out:
+        raise ValueError(f"layers {bad or 'none'} out of range: this model has layers 0..{n_layers - 1} (0-based)")
+    return out
+
+
+def check_tokens(P: AtlasPreset) -> None:
+    if P.tokens < P.window - 1:
+        raise ValueError(f"--tokens {P.tokens} is below one window: the atlas needs at least {P.window - 1} scored "
+                         f"tokens (one window of {P.window} ids)")
+
+
+def run(preset: AtlasPreset, *, progress: bool | None = None) -> AtlasResult:
+    """The atlas for ``preset`` (cached whole; the measured pieces are cached one by one).
+    ``progress``: tqdm bars (None: only on a terminal)."""
+    check_tokens(preset)
+    key = {"preset": dataclasses.asdict(preset), "data": data_fingerprint()}
+    return cached("atlas-result", key, lambda: _compute(preset, progress), sources=["layerlab.core.models"])
+
+
+def _ids_hash(ids: torch.Tensor) -> str:
+    return hashlib.sha256(ids.cpu().numpy().tobytes()).hexdigest()[:16]
+
+
+def _bar(it, total: int, desc: str, progress: bool | None):
+    from tqdm import tqdm
+
+    return tqdm(it, total=total, desc=desc, disable=None if progress is None else not progress, leave=False)
+
+
+def _piece(kind: str, P: AtlasPreset, extra: dict, compute: Callable[[], dict]) -> dict:
+    key = {"measure": {f: getattr(P, f) for f in MEASURE_FIELDS}, "data": data_fingerprint(), **extra}
+    return cached(kind, key, compute, sources=["layerlab.core.models"])
+
+
+def measure_all(P: AtlasPreset, model, windows: TokenWindows, layers: list[int], *,
+                progress: bool | None = None) -> dict[str, np.ndarray]:
+    """All pieces, concatenated: per-window arrays along the window axis, Jacobian samples along axis 0."""
+    ids = windows.input_ids.to(P.device)
+    T = ids.shape[1]
+    batches = []
+    starts = range(0, ids.shape[0], P.batch_size)
+    for b, s in _bar(enumerate(starts), len(starts), "atlas: shared passes", progress):
+        x = ids[s:s + P.batch_size]
+        lp = measure.lens_positions(T, P.lens_positions, P.seed + b)
+        mp = measure.lens_positions(T, P.member_positions, P.seed + 10_000 + b)
+        def compute(x=x, lp=lp, mp=mp) -> dict:
+            return measure.batch_pieces(model, x, layers, lens_pos=lp.to(P.device), member_pos=mp.to(P.device),
+                                        member_chunk=P.member_chunk)
+
+        batches.append(_piece("atlas-batch", P, {"ids": _ids_hash(x), "layers": layers}, compute))
+    out: dict[str, np.ndarray] = {}
+    for k in batches[0]:
+        axis = 0 if batches[0][k].ndim == 1 or k.startswith(("member_", "summaries")) else 1
+        out[k] = torch.cat([p[k] for p in batches], dim=axis).cpu().numpy()
+    jl = sorted({j for layer in layers for j in (layer - 1, layer, layer + 1) if 0 <= j < view(model).n_layers})
+    samples = jacobian_windows(windows, P.jacobian_samples)
+    jac = []
+    for w in _bar(samples, len(samples), "atlas: Jacobians", progress):
+        x = ids[w]
+        jac.append(_piece("atlas-jacobian", P, {"ids": _ids_hash(x), "layers": jl}, lambda x=x: measure.jacobian_piece(
+            model, x, T - 1, jl, k=P.coupling_k, seed=P.seed)))
+    pick = [jl.index(layer) for layer in layers]
+    for k in jac[0]:
+        out[k] = torch.stack([j[k] for j in jac]).numpy()[:, pick]
+    wt = _piece("atlas-weights", P, {}, lambda: measure.weight_piece(model))
+    out.update({k: v.numpy() for k, v in wt.items()})
+    out["jacobian_windows"] = np.asarray(samples)
+    return out
+
+
+def jacobian_windows(windows: TokenWindows, n: int) -> list[int]:
+    """``n`` window indices, the first window of each distinct document first (then the rest, in order)."""
+    first = list(dict.fromkeys(windows.doc_ids))
+    idx = [windows.doc_ids.index(d) for d in first]
+    rest = [i for i in range(len(windows)) if i not in idx]
+    return (idx + rest)[:n]
+
+
+def _compute(P: AtlasPreset, progress: bool | None) -> AtlasResult:
+    model, tok = load(P)
+    L = view(model).n_layers
+    layers = check_layers(P.layers, L)
+    windows = token_windows(tok, "test", window=P.window, max_tokens=P.tokens, seed=P.seed)
+    p = measure_all(P, model, windows, layers, progress=progress)
+    docs = np.unique(np.asarray(windows.doc_ids), return_inverse=True)[1]
+    member_docs = np.repeat(docs, p["member_bias"].shape[0] // len(docs))
+    jac_docs = docs[p["jacobian_windows"]]
+    table = an.layer_table(p, layers, docs, member_docs, jac_docs, n_boot=P.n_boot, seed=P.seed)
+    w = an.wide(table)
+    agree = an.agreement(w, n_boot=P.n_boot, n_perm=P.n_perm, seed=P.seed)
+    tiers = an.tiers(w, P.n_tiers)
+    numbers = _numbers(P, L, layers, windows, w, agree, tiers)
+    prov = provenance("atlas", P, model=P.model, tokens=windows.fingerprint(), seed=P.seed)
+    return AtlasResult(provenance=prov, preset=P, n_layers=L, layers=layers, table=table, agreement=agree,
+                       tiers=tiers, numbers=numbers)
+
+
+def _rank(w: pd.DataFrame, lens: str, layer: int) -> str:
+    r = w[lens].rank(ascending=False)
+    return "—" if not np.isfinite(r.get(layer, np.nan)) else f"{int(r[layer])}/{len(w)}"
+
+
+def _numbers(P: AtlasPreset, L: int, layers: list[int], windows: TokenWindows, w: pd.DataFrame,
+             agree: pd.DataFrame, tiers: pd.DataFrame) -> dict[str, Any]:
+    """Glued values: sizes, agreement counts, the tiers and one generated sentence per paper's headline."""
+    top = {c: int(w[c].idxmax()) for c in ("skip", "coupling", "mlp_div") if w[c].notna().any()}
+    heads = {
+        "anatomy": ("skip", "the layer whose removal costs most (skip ablation)", ("coupling", "mlp_div")),
+        "coupling": ("coupling", "the layer most coupled to its neighbours beyond the null", ("skip", "mlp_div")),
+        "diversity": ("mlp_div", "the layer with the most diverse MLP member", ("skip", "coupling")),
+    }
+    sentences = {}
+    for paper, (lens, what, others) in heads.items():
+        if lens in top:
+            t = top[lens]
+            sentences[f"headline_{paper}"] = (f"{what[0].upper()}{what[1:]} is layer {t} (1-based {t + 1}); it ranks "
+                                              f"{_rank(w, others[0], t)} by {others[0]} and "
+                                              f"{_rank(w, others[1], t)} by {others[1]}.")
+    tier_of = tiers.set_index("layer").tier
+    return {"model": P.model, "L": L, "n_measured": len(layers), "n_tokens": int(windows.n_tokens),
+            "n_windows": len(windows), "n_docs": len(set(windows.doc_ids)), "n_lenses": w.shape[1],
+            "n_pairs": len(agree), "n_agree": int((agree.verdict == "agree").sum()),
+            "n_opposite": int((agree.verdict == "opposite").sum()),
+            "tiers": "; ".join(f"tier {t}: layers {', '.join(str(x) for x in tier_of[tier_of == t].index)}"
+                               for t in sorted(tier_of.unique())),
+            **{f"top_{k}": v for k, v in top.items()}, **sentences}

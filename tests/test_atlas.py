@@ -1,0 +1,152 @@
+"""The layer atlas (issue 18): every column is the library's metric, the shared passes give exactly what
+separate runs give, the CLI rejects bad input with one clear message each, and a run resumes from its pieces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from layerlab.chapters import atlas
+from layerlab.chapters.atlas import measure
+from layerlab.chapters.residual.analysis import lens_nll
+from layerlab.core.jacobians import reference_jacobians
+from layerlab.core.models import tiny_model
+from layerlab.core.residual import run_with_capture
+from layerlab.metrics import ablation, coupling, diversity, members, weights
+
+L = 5
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model("llama", seed=0, num_hidden_layers=L)  # float64
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return torch.randint(0, 256, (3, 24), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(scope="module")
+def pos():
+    return measure.lens_positions(24, 6, 0), measure.lens_positions(24, 2, 1)
+
+
+@pytest.fixture(scope="module")
+def shared(model, ids, pos):
+    return measure.batch_pieces(model, ids, range(L), lens_pos=pos[0], member_pos=pos[1], member_chunk=2)
+
+
+def test_shared_pass_equals_separate_runs_bit_for_bit(model, ids, pos, shared):
+    sep = measure.batch_pieces(model, ids, range(L), lens_pos=pos[0], member_pos=pos[1], member_chunk=2,
+                               shared=False)
+    assert sorted(shared) == sorted(sep)
+    for k in shared:
+        assert torch.equal(shared[k], sep[k]), k
+
+
+def test_ablation_and_geometry_columns_are_the_engine(model, ids, shared):
+    ivs = ablation.sweep_interventions(model, measure.OPS)
+    ref = ablation.evaluate_interventions(model, ids, ivs, batch_size=3, geometry=True)
+    naive = ablation.evaluate_interventions(model, ids, ivs, batch_size=3, prefix_cache=False)
+    np.testing.assert_array_equal(shared["base"].numpy(), ref.base)
+    for k, v in ref.nll.items():
+        np.testing.assert_array_equal(shared[f"nll/{k}"].numpy(), v)
+        np.testing.assert_allclose(shared[f"nll/{k}"].numpy(), naive.nll[k], rtol=0, atol=1e-10)
+    # equal windows: the mean of per-window token means is the engine's token mean
+    np.testing.assert_allclose(shared["block_influence"].mean(1).numpy(), ref.block_influence, rtol=1e-12)
+    np.testing.assert_allclose(shared["angular_distance"].mean(1).numpy(), ref.angular_distance, rtol=1e-12)
+
+
+def test_lens_and_norm_columns_are_the_residual_chapters(model, ids, pos, shared):
+    lp = pos[0]
+    _, cap = run_with_capture(model, ids, ("block_in", "block_out"))
+    hs = torch.cat([cap["block_in"], cap["block_out"][-1:]])  # [L+1, B, T, d]
+    for b in range(ids.shape[0]):
+        rec, fro = lens_nll(model, hs[:, b, lp], hs[-1, b, lp], ids[b, lp + 1], fast=False)
+        np.testing.assert_allclose(shared["lens_recompute"][:, b].numpy(), rec.mean(1).numpy(), rtol=1e-12)
+        np.testing.assert_allclose(shared["lens_frozen"][:, b].numpy(), fro.mean(1).numpy(), rtol=1e-12)
+    n = hs.norm(dim=-1)
+    np.testing.assert_allclose(shared["norm_growth"].numpy(), (n[1:] / n[:-1]).mean(-1).numpy(), rtol=1e-12)
+
+
+def test_member_columns_are_the_diversity_decomposition(model, ids, pos, shared):
+    mp = pos[1]
+    labels = ids[:, mp + 1].reshape(-1).tolist()
+    feats = members.collect(model, list(ids), labels, [mp.tolist()] * ids.shape[0])
+    mr = members.apply_readout(feats, members.lens_readout(model))
+    mse, _, _ = diversity.terms_at_depth(mr)
+    np.testing.assert_allclose(shared["member_bias"].numpy(), mse.bias_i.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(shared["member_div"].numpy(), mse.div_i.numpy(), rtol=1e-12)
+    assert torch.equal(shared["summaries"], diversity.summaries(mr))
+
+
+def test_jacobian_columns_are_the_coupling_metrics(model, ids):
+    layers = list(range(L))
+    got = measure.jacobian_piece(model, ids[0], 20, layers, k=6)
+    J = reference_jacobians(model, ids[0], token=20, layers=layers).double()
+    np.testing.assert_allclose(got["spectral_norm"].numpy(), torch.linalg.matrix_norm(J, 2).numpy(), rtol=1e-8)
+    np.testing.assert_allclose(got["jacobian_fro"].numpy(), torch.linalg.matrix_norm(J).numpy(), rtol=1e-8)
+    m = torch.stack([torch.stack([coupling.coupling(J[i], J[j], 6) for j in layers]) for i in layers])
+    want = [m[0, 1], *[(m[i, i - 1] + m[i, i + 1]) / 2 for i in range(1, L - 1)], m[L - 1, L - 2]]
+    np.testing.assert_allclose(got["coupling"].numpy(), torch.stack(want).numpy(), rtol=1e-6)
+    assert torch.isfinite(got["coupling_null"]).all()
+
+
+def test_weight_columns_are_the_anatomy_metrics(model):
+    got = measure.weight_piece(model, ("gate", "up"))
+    d = torch.stack([weights.delta_correlations(weights.component_stack(model, c)) for c in ("gate", "up")]).mean(0)
+    np.testing.assert_allclose(got["delta_corr"][1:L - 1].numpy(), d.numpy(), rtol=1e-12)
+    assert np.isnan(got["delta_corr"][0]) and np.isnan(got["weight_r2"][0])
+    assert torch.isfinite(got["weight_r2"][1:]).all()
+
+
+def _cli(argv, capsys):
+    from layerlab.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert "Traceback" not in err and err.count("\n") == 1
+    return err
+
+
+@pytest.fixture()
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty cache that sees the fetched corpora."""
+    from layerlab.core.cache import cache_dir
+
+    (tmp_path / "data").symlink_to(cache_dir() / "data")
+    monkeypatch.setenv("LAYERLAB_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_cli_rejects_bad_input_with_one_message(capsys, fresh_cache):
+    assert "unknown model 'no-such-model'" in _cli(["atlas", "no-such-model", "--profile", "smoke"], capsys)
+    assert "out of range" in _cli(["atlas", "tiny-llama", "--profile", "smoke", "--layers", "0-40"], capsys)
+    assert "below one window" in _cli(["atlas", "tiny-llama", "--profile", "smoke", "--tokens", "3"], capsys)
+
+
+def test_run_resumes_from_cached_pieces(fresh_cache, monkeypatch):
+    P = atlas.preset("smoke", tiny_layers=3, tokens=124, batch_size=2, jacobian_samples=2, n_boot=50, n_perm=50)
+    real, calls = measure.batch_pieces, []
+
+    def flaky(*a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # interrupted in the second batch
+        return real(*a, **kw)
+
+    monkeypatch.setattr(measure, "batch_pieces", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        atlas.run(P, progress=False)
+    calls.clear()
+    r = atlas.run(P, progress=False)
+    n_batches = -(-r.numbers["n_windows"] // P.batch_size)
+    assert len(calls) == n_batches - 1  # the first batch came from the cache
+    assert isinstance(r, atlas.AtlasResult) and set(r.table.layer) == {0, 1, 2}
+    calls.clear()
+    assert atlas.run(P, progress=False).numbers == r.numbers and not calls  # the whole result is cached
+    assert len(atlas.claims(r)) == len(r.agreement) + 1
