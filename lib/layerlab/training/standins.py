@@ -22,7 +22,8 @@ Inside the block:
   ``datasets`` package is not needed.
 * the ``gpu`` model family is :data:`GPU_FAMILY` (the gpu family's heads and grid axes, tiny sizes),
   trained in this process.
-* ``LAYERLAB_CACHE`` points to ``root`` (the fetched data linked in) and ``HF_HUB_CACHE`` to
+* ``LAYERLAB_CACHE`` points to ``root`` (the fetched data, tokenizers and token windows of the real
+  cache linked in: :data:`SHARED_KINDS`) and ``HF_HUB_CACHE`` to
   ``root/hub``: stand-in results are keyed like real gpu results, so they must never reach the real
   cache, and :func:`~layerlab.core.hub.release` must never touch the real hub cache.
 """
@@ -50,6 +51,11 @@ STANDIN_LAYERS = {"HuggingFaceTB/SmolLM2-135M": 30, "meta-llama/Meta-Llama-3-8B"
 """Depths of the chapters' main gpu models (``num_hidden_layers`` of their config.json), kept by the
 stand-ins because the gpu presets index layers (anatomy, coupling); the other stand-ins have 4."""
 
+
+SHARED_KINDS = ("data", "tokenizer", "family-windows")
+"""Cache folders linked from the real cache into the stand-ins' one: the fetched corpora, the project's
+BPE tokenizers and the family's token windows depend on the data only, never on a stand-in."""
+
 STANDIN_ROWS = 48
 """Rows per split of every stand-in data set (class-balanced)."""
 
@@ -62,6 +68,7 @@ class StandinLog:
     """What the run asked for inside :func:`standins`."""
 
     root: Path
+    layers: dict[str, int] = field(default_factory=lambda: dict(STANDIN_LAYERS))  # hub id -> stand-in depth
     loads: list[tuple[str, str | None, bool]] = field(default_factory=list)  # (hub id, revision, random_init)
     datasets: list[tuple[str, str | None, str]] = field(default_factory=list)  # (repo, config, split)
 
@@ -87,7 +94,7 @@ def _seed(*parts: object) -> int:
 
 
 def standin_model(hub_id: str, *, revision: str | None = None, random_init: bool = False, seed: int = 0,
-                  dtype: torch.dtype = torch.float32, log: StandinLog | None = None):
+                  dtype: torch.dtype = torch.float32, log: StandinLog | None = None, layers: int | None = None):
     """(tiny random model of ``hub_id``'s model type, byte tokenizer); see the module docstring."""
     from layerlab.core import hub
     from layerlab.core.models import TINY_FAMILIES, byte_tokenizer, tiny_model
@@ -100,7 +107,7 @@ def standin_model(hub_id: str, *, revision: str | None = None, random_init: bool
     if family not in TINY_FAMILIES:
         raise KeyError(f"{hub_id!r} has model type {m.model_type!r}, which has no tiny config in TINY_FAMILIES")
     s = _seed(hub_id, revision, "init" if random_init else "trained", seed)
-    model = tiny_model(family, seed=s, dtype=dtype, num_hidden_layers=STANDIN_LAYERS.get(hub_id, 4))
+    model = tiny_model(family, seed=s, dtype=dtype, num_hidden_layers=layers or STANDIN_LAYERS.get(hub_id, 4))
     if log is not None:
         log.loads.append((hub_id, revision, random_init))
         _fake_download(log.hub_dir, hub_id, revision)
@@ -134,39 +141,45 @@ def standin_rows(repo: str, config: str | None, split: str, n: int = STANDIN_ROW
     if repo == "fancyzhx/ag_news":
         return [{"text": _text(rng, i % 4, 12), "label": i % 4} for i in range(n)]
     if repo == "allenai/ai2_arc":
-        rows = []
-        for i in range(n):
-            if i % 8 == 7:  # items the loader skips: 3 options, numeric keys
-                labels = ["A", "B", "C"] if i % 16 == 7 else ["1", "2", "3", "4"]
-            else:
-                labels = list("ABCD")
+        rows, kept = [], 0
+        for i in range(n + n // 7):
+            skip = i % 8 == 7  # items the loader skips: 3 options, numeric keys
+            labels = (["A", "B", "C"] if i % 16 == 7 else ["1", "2", "3", "4"]) if skip else list("ABCD")
+            key = labels[i % len(labels)] if skip else labels[kept % 4]  # kept items: answers cycle A-D
+            kept += not skip
             rows.append({"id": f"q{i}", "question": _text(rng, i, 6) + "?",
                          "choices": {"text": [_text(rng, j, 2) for j in range(len(labels))], "label": labels},
-                         "answerKey": labels[i % len(labels)]})
+                         "answerKey": key})
         return rows
     raise KeyError(f"no stand-in rows for data set {repo!r} (config {config!r}); add them to standin_rows")
 
 
 @contextlib.contextmanager
-def standins(root: str | os.PathLike | None = None) -> Iterator[StandinLog]:
+def standins(root: str | os.PathLike | None = None, *, layers: dict[str, int] | None = None) -> Iterator[StandinLog]:
     """Hub models, hub data sets and the gpu family replaced by tiny stand-ins (module docstring);
-    everything is restored on exit. ``root``: the throwaway cache (default: a new temporary dir)."""
+    everything is restored on exit. ``root``: the throwaway cache (default: a new temporary dir);
+    ``layers``: stand-in depths by hub id on top of :data:`STANDIN_LAYERS` (also ``log.layers``, which a
+    caller may change between runs; the depth is not part of any cache key)."""
     from layerlab.core import models
     from layerlab.data import tasks
     from layerlab.data.fetch import data_root
     from layerlab.training import family
 
-    data = data_root()
+    real = data_root().parent
     root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="layerlab-standins-"))
     root.mkdir(parents=True, exist_ok=True)
-    if not (root / "data").exists() and data.exists():
-        (root / "data").symlink_to(data.resolve(), target_is_directory=True)
+    for kind in SHARED_KINDS:
+        if kind != "data":  # the data are fetched at set-up, never created here
+            (real / kind).mkdir(parents=True, exist_ok=True)
+        if not (root / kind).exists() and (real / kind).exists():
+            (root / kind).symlink_to((real / kind).resolve(), target_is_directory=True)
     log = StandinLog(root=root)
+    log.layers.update(layers or {})
     env = {k: os.environ.get(k) for k in ("LAYERLAB_CACHE", "HF_HUB_CACHE")}
     saved = (models.HUB_STANDIN, tasks._hub_rows, family.PRESETS["gpu"], family.default_workers)
 
     def model(hub_id, **kw):
-        return standin_model(hub_id, log=log, **kw)
+        return standin_model(hub_id, log=log, layers=log.layers.get(hub_id, 4), **kw)
 
     def rows(repo, config, split):
         log.datasets.append((repo, config, split))

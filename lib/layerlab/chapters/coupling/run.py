@@ -25,9 +25,8 @@ from layerlab.chapters.coupling import depth as cd
 from layerlab.chapters.coupling import members as cm
 from layerlab.chapters.coupling import stats as cs
 from layerlab.chapters.coupling.presets import CouplingPreset, fig1a_table
-from layerlab.core import hub
+from layerlab.core import hub, models
 from layerlab.core import jacobians as jac
-from layerlab.core import models
 from layerlab.core.cache import cached, fingerprint
 from layerlab.core.protocol import Provenance, provenance
 from layerlab.data.fetch import data_fingerprint
