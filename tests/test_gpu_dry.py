@@ -195,3 +195,23 @@ def test_every_gpu_hub_id_has_a_standin():
         m = hub.lookup(i)
         assert m is not None, i
         assert MODEL_TYPES.get(m.model_type, m.model_type) in TINY_FAMILIES, (i, m.model_type)
+
+
+def test_hub_tasks_under_standins(tmp_path):
+    """Every hub task loads from the stand-in rows (ARC: items without 4 letter options are skipped);
+    without the stand-ins and without ``datasets`` the error names the package."""
+    import importlib.util
+
+    from layerlab.data import tasks
+
+    with standins(tmp_path) as log:
+        for name, (repo, config, split, *_rest) in tasks.HUB_TASKS.items():
+            t = tasks.load_task(name, n_train=8, n_test=8)
+            assert len(t.train) == len(t.test) == 8 and {e.label for e in t.test} <= set(range(t.n_classes))
+            assert (repo, config, split) in log.datasets and (repo, config, "train") in log.datasets
+        rows = tasks._hub_rows("allenai/ai2_arc", "ARC-Easy", "test")
+        kept = [r for r in rows if r["choices"]["label"] == list("ABCD")]
+        assert 0 < len(kept) < len(rows) and {r["answerKey"] for r in kept} == set("ABCD")
+    if importlib.util.find_spec("datasets") is None:
+        with pytest.raises(ValueError, match="datasets"):
+            tasks.load_task("sst2")
