@@ -16,13 +16,15 @@ import importlib
 import matplotlib
 import pytest
 
+from layerlab.data import tasks
 from layerlab.training.family import PRESETS as FAMILY_PRESETS
 from layerlab.training.standins import STANDIN_LAYERS, standins
 
 matplotlib.use("Agg")
 
 REAL_GPU_FAMILY = FAMILY_PRESETS["gpu"]
-"""Read before any stand-in replaces it (the module fixture keeps the stand-ins on until the end)."""
+REAL_HUB_ROWS = tasks._hub_rows
+"""Read before any stand-in replaces them (the module fixture keeps the stand-ins on until the end)."""
 
 GPU_FAMILY_FILTERS = dict(checkpoint_filter={"depth": 2, "width": 32, "lr": 1e-3},
                           locality_filter={"depth": 3, "width": 32, "lr": 1e-3},
@@ -202,8 +204,6 @@ def test_hub_tasks_under_standins(tmp_path):
     without the stand-ins and without ``datasets`` the error names the package."""
     import importlib.util
 
-    from layerlab.data import tasks
-
     with standins(tmp_path) as log:
         for name, (repo, config, split, *_rest) in tasks.HUB_TASKS.items():
             t = tasks.load_task(name, n_train=8, n_test=8)
@@ -214,4 +214,4 @@ def test_hub_tasks_under_standins(tmp_path):
         assert 0 < len(kept) < len(rows) and {r["answerKey"] for r in kept} == set("ABCD")
     if importlib.util.find_spec("datasets") is None:
         with pytest.raises(ValueError, match="datasets"):
-            tasks.load_task("sst2")
+            REAL_HUB_ROWS("nyu-mll/glue", "sst2", "validation")
