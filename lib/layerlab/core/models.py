@@ -32,6 +32,12 @@ TINY_FAMILIES = ("llama", "qwen2", "gemma2", "gemma3", "gpt2", "neox", "mistral"
 KNOWN_MODELS = ("smollm2-135m", *(f"tiny-{f}" for f in TINY_FAMILIES))
 """Offline names; anything else is treated as a Hugging Face hub id or a local directory."""
 
+HUB_STANDIN = None
+"""``None``, except inside :func:`layerlab.training.standins.standins` (the gpu dry run on a CPU): then a
+callable ``(hub_id, revision=, random_init=, seed=, dtype=) -> (model, tokenizer)`` that builds a tiny
+random stand-in for a hub id instead of downloading it. Offline names and local directories are
+never replaced."""
+
 
 class ModelLoadError(RuntimeError):
     """A model could not be found or loaded; the message says how to fix it."""
@@ -403,6 +409,9 @@ def load_model(name: str, *, random_init: bool = False, seed: int = 0, device: s
         path = Path(name).expanduser()
         gguf = _check_model_dir(path)
     elif "/" in name:
+        if HUB_STANDIN is not None:
+            model, tokenizer = HUB_STANDIN(name, revision=revision, random_init=random_init, seed=seed, dtype=dtype)
+            return model.to(device=dev, dtype=dtype).eval(), tokenizer
         path = name
     else:
         raise ValueError(

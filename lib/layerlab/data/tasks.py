@@ -315,21 +315,27 @@ def _definition_task(synsets, n_train: int, n_test: int, seed: int, max_words: i
     )
 
 
-def _hub_task(name: str, n_train: int, n_test: int, seed: int, max_words: int) -> Task:
-    """The paper's task from the Hugging Face hub (gpu profile). Few-shot/head examples come from the
-    dataset's train split; analysed examples from the split the paper used (``HUB_TASKS``)."""
-    repo, config, split, fields, classes, template = HUB_TASKS[name]
+def _hub_rows(repo: str, config: str | None, split: str) -> list[dict]:
+    """The rows of one split of a hub data set (``datasets.load_dataset``; gpu profile). The one place
+    that touches ``datasets``: :func:`layerlab.training.standins.standins` replaces it with local rows."""
     try:
         import datasets
     except ImportError:
         raise ValueError(
-            f"task {name!r} needs the `datasets` package and hub access: pip install datasets, "
+            f"data set {repo!r} needs the `datasets` package and hub access: pip install datasets, "
             "unset HF_HUB_OFFLINE (gpu profile); offline, use one of " + str(TASK_NAMES)
         ) from None
+    return list(datasets.load_dataset(repo, config, split=split))
+
+
+def _hub_task(name: str, n_train: int, n_test: int, seed: int, max_words: int) -> Task:
+    """The paper's task from the Hugging Face hub (gpu profile). Few-shot/head examples come from the
+    dataset's train split; analysed examples from the split the paper used (``HUB_TASKS``)."""
+    repo, config, split, fields, classes, template = HUB_TASKS[name]
 
     def rows(sp: str) -> list[Example]:
         out = []
-        for r in datasets.load_dataset(repo, config, split=sp):
+        for r in _hub_rows(repo, config, sp):
             if "choices" in fields:
                 labels = list(r["choices"]["label"])
                 if labels != list("ABCD") or r["answerKey"] not in labels:

@@ -20,7 +20,7 @@ import pandas as pd
 
 from layerlab.chapters.anatomy import analysis as an
 from layerlab.chapters.anatomy.presets import AnatomyPreset
-from layerlab.core import arch
+from layerlab.core import arch, hub
 from layerlab.core.cache import cached
 from layerlab.core.protocol import Provenance, provenance
 from layerlab.data.fetch import data_fingerprint
@@ -108,9 +108,11 @@ class AnatomyResult:
 
 
 def run(preset: AnatomyPreset) -> AnatomyResult:
-    """The anatomy chapter for ``preset`` (cached as a whole; the heavy parts are cached one by one)."""
+    """The anatomy chapter for ``preset`` (cached as a whole; the heavy parts are cached one by one); a
+    hub model's hub cache is deleted afterwards (:func:`layerlab.core.hub.release`)."""
     key = {"preset": dataclasses.asdict(preset), "data": data_fingerprint()}
-    return cached("anatomy-result", key, lambda: _compute(preset))
+    with hub.release(preset.model):
+        return cached("anatomy-result", key, lambda: _compute(preset))
 
 
 def _compute(P: AnatomyPreset) -> AnatomyResult:

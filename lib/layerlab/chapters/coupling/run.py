@@ -25,8 +25,8 @@ from layerlab.chapters.coupling import depth as cd
 from layerlab.chapters.coupling import members as cm
 from layerlab.chapters.coupling import stats as cs
 from layerlab.chapters.coupling.presets import CouplingPreset, fig1a_table
+from layerlab.core import hub, models
 from layerlab.core import jacobians as jac
-from layerlab.core import models
 from layerlab.core.cache import cached, fingerprint
 from layerlab.core.protocol import Provenance, provenance
 from layerlab.data.fetch import data_fingerprint
@@ -129,17 +129,19 @@ class CouplingResult:
 
 def run(preset: CouplingPreset) -> CouplingResult:
     """Load the main model (on ``preset.device``), draw the prompts, make sure the family is trained,
-    and compute (or read back) the chapter's result."""
+    and compute (or read back) the chapter's result. A hub model's hub cache is deleted afterwards
+    (:func:`layerlab.core.hub.release`; each Fig. 1a model and Pythia revision right after its run)."""
     P = preset
-    model, tok = models.load_model(P.model, dtype=P.torch_dtype)
-    model = model.to(P.device)
-    prompts = [p.to(P.device) for p in cd.prompt_set(tok, P.n_prompts, P.max_tokens, seed=P.seed)]
-    from layerlab.training.family import get_family
+    with hub.release(P.model):
+        model, tok = models.load_model(P.model, dtype=P.torch_dtype)
+        model = model.to(P.device)
+        prompts = [p.to(P.device) for p in cd.prompt_set(tok, P.n_prompts, P.max_tokens, seed=P.seed)]
+        from layerlab.training.family import get_family
 
-    fam = get_family(P.family_profile)
-    key = {"preset": dataclasses.asdict(P), "prompts": [fingerprint(p) for p in prompts], "data": data_fingerprint(),
-           "family": fam.root.name}
-    return cached("coupling-result", key, lambda: _compute(P, model, tok, prompts))
+        fam = get_family(P.family_profile)
+        key = {"preset": dataclasses.asdict(P), "prompts": [fingerprint(p) for p in prompts],
+               "data": data_fingerprint(), "family": fam.root.name}
+        return cached("coupling-result", key, lambda: _compute(P, model, tok, prompts))
 
 
 def _init_model(P: CouplingPreset, seed: int) -> torch.nn.Module:
@@ -283,10 +285,11 @@ def _vit(P: CouplingPreset) -> tuple[dict[str, list[dict]], dict[str, str]]:
 
 
 def _paper_run(P: CouplingPreset, hub_id: str, label: str, **load: Any) -> dict[str, Any]:
-    mdl, tk = models.load_model(hub_id, dtype=P.torch_dtype, **load)
-    mdl = mdl.to(P.device)
-    ids = [p.to(P.device) for p in cd.prompt_set(tk, P.n_prompts, P.max_tokens, seed=P.seed)]
-    return cd.depth_run(mdl, ids, P.ks, label=label, n_null=0)
+    with hub.release(hub_id):  # one model (or Pythia revision) on disk at a time
+        mdl, tk = models.load_model(hub_id, dtype=P.torch_dtype, **load)
+        mdl = mdl.to(P.device)
+        ids = [p.to(P.device) for p in cd.prompt_set(tk, P.n_prompts, P.max_tokens, seed=P.seed)]
+        return cd.depth_run(mdl, ids, P.ks, label=label, n_null=0)
 
 
 def _fig1a(P: CouplingPreset) -> tuple[pd.DataFrame, pd.DataFrame | None]:

@@ -90,6 +90,10 @@ def partial_corr(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
     return float(rx @ ry / den) if den > 0 else float("nan")
 
 
+CORRELATION_COLUMNS = ("term", "pearson", "pearson_low", "pearson_high", "spearman", "spearman_low", "spearman_high",
+                       "partial_k", "perm_p", "n_depths")
+
+
 def correlations(
     sw: pd.DataFrame, terms=("mse", "bias", "div", "ce", "member_ce", "kl"), *, n_perm: int = 1000, seed: int = 0
 ) -> pd.DataFrame:
@@ -122,7 +126,7 @@ def correlations(
                 "n_depths": len(x),
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=CORRELATION_COLUMNS)  # columns even when no term qualifies
 
 
 def tradeoff(readout: dv.MemberReadout, *, n_boot: int = 500, seed: int = 0) -> dict[str, float]:

@@ -19,6 +19,7 @@ import layerlab.chapters.diversity.analysis as da
 import layerlab.chapters.diversity.features as ft
 from layerlab.chapters.diversity.presets import DiversityPreset
 from layerlab.chapters.diversity.result import DiversityResult
+from layerlab.core import hub
 from layerlab.core.cache import cached, cached_tensors, fingerprint
 from layerlab.core.protocol import provenance
 from layerlab.data import tasks as tk
@@ -228,8 +229,10 @@ def _compute(preset: DiversityPreset, train_family: bool) -> DiversityResult:
 
 def run(preset: DiversityPreset, *, train_family: bool = True) -> DiversityResult:
     """The chapter's result for ``preset``. ``train_family=False`` uses the depth family only if it is
-    already trained; that result depends on the family's state, so it is not cached as a whole."""
-    if not train_family:
-        return _compute(preset, train_family)
-    key = {"preset": dataclasses.asdict(preset), "data": data_fingerprint()}  # code: the source key
-    return cached("diversity-result", key, lambda: _compute(preset, train_family), sources=_SOURCES)
+    already trained; that result depends on the family's state, so it is not cached as a whole. A hub
+    model's hub cache is deleted afterwards (:func:`layerlab.core.hub.release`)."""
+    with hub.release(preset.model):
+        if not train_family:
+            return _compute(preset, train_family)
+        key = {"preset": dataclasses.asdict(preset), "data": data_fingerprint()}  # code: the source key
+        return cached("diversity-result", key, lambda: _compute(preset, train_family), sources=_SOURCES)

@@ -22,7 +22,7 @@ from torch import nn
 
 from layerlab.chapters.residual.analysis import LensResult, analyse, subset_perplexity
 from layerlab.chapters.residual.presets import ResidualPreset
-from layerlab.core import models
+from layerlab.core import hub, models
 from layerlab.core.cache import cached
 from layerlab.core.protocol import Provenance, provenance
 from layerlab.data import corpora
@@ -147,14 +147,16 @@ class ResidualResult:
 
 
 def run(preset: ResidualPreset) -> ResidualResult:
-    """Load the model, cut the held-out windows and compute (or read back) the chapter's result."""
+    """Load the model, cut the held-out windows and compute (or read back) the chapter's result; a hub
+    model's hub cache is deleted afterwards (:func:`layerlab.core.hub.release`)."""
     P = preset
     torch.manual_seed(P.seed)
-    model, tok = models.load_model(P.model, dtype=P.torch_dtype)
-    model = model.to(P.device)
-    windows = corpora.token_windows(tok, "test", window=P.window, max_tokens=P.eval_tokens, seed=P.seed)
-    key = {"preset": dataclasses.asdict(P), "windows": windows.fingerprint()}
-    return cached("residual", key, lambda: _compute(P, model, windows))
+    with hub.release(P.model):
+        model, tok = models.load_model(P.model, dtype=P.torch_dtype)
+        model = model.to(P.device)
+        windows = corpora.token_windows(tok, "test", window=P.window, max_tokens=P.eval_tokens, seed=P.seed)
+        key = {"preset": dataclasses.asdict(P), "windows": windows.fingerprint()}
+        return cached("residual", key, lambda: _compute(P, model, windows))
 
 
 def _compute(P: ResidualPreset, model: nn.Module, windows: TokenWindows) -> ResidualResult:
