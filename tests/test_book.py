@@ -105,3 +105,20 @@ def test_smoke_build_of_the_whole_book(tmp_path, tmp_path_factory):
     bib = (html / "book" / "bibliography.html").read_text().lower()
     for title in ("diversity of transformer layers", "transformer block coupling", "anatomical heterogeneity"):
         assert title in bib
+
+
+def test_a_chapter_edit_reexecutes_only_that_chapter():
+    """The executed-notebook key of each chapter covers the layerlab modules its notebook imports,
+    transitively: no other chapter package is among them, so editing one chapter's package changes
+    only that chapter's key (and re-executes only it)."""
+    from layerlab.chapters import CHAPTERS
+    from layerlab.core.fingerprints import module_closure
+
+    for name in CHAPTERS:
+        nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+        code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+        mods = module_closure(source=code)
+        assert any(m.startswith(f"layerlab.chapters.{name}") for m in mods), (name, mods)
+        others = [m for m in mods if m.startswith("layerlab.chapters.") and not m.startswith(f"layerlab.chapters.{name}")
+                  and m != "layerlab.chapters"]
+        assert not others, f"{name}'s notebook key depends on other chapters: {others}"
