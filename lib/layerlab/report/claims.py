@@ -113,8 +113,6 @@ def claim_table(claims: Iterable[Claim], digits: int = 3) -> pd.DataFrame:
                "ours": fmt(c.ours, digits), "95% CI": ci, "null / control": c.null, "verdict": c.verdict}
         if any(x.n is not None for x in claims):
             row["n (unit)"] = "—" if c.n is None else f"{c.n} {c.unit}".strip()
-        if any(x.rule for x in claims):
-            row["rule"] = c.rule
         if any(x.note for x in claims):
             row["note"] = c.note
         rows.append(row)
