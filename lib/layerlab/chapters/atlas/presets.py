@@ -46,8 +46,8 @@ class AtlasPreset(Preset):
 PRESETS: dict[str, AtlasPreset] = {
     "smoke": AtlasPreset(model="tiny-llama", tiny_layers=6, window=32, tokens=248, batch_size=4, lens_positions=8,
                          member_positions=2, jacobian_samples=3, coupling_k=8, n_boot=200, n_perm=500),
-    # NOT yet shown to fit 10 min: the 4 x 30 suffix sweeps dominate; one --tokens 512 measurement on a machine
-    # at load average ~6 (2 cores) had not finished its single batch after 9.4 CPU-min (stopped). Re-measure idle.
+    # measured 2026-12-03: 270 s for run(preset("cpu")) from a cache holding the converted model, on 2 idle
+    # AVX-512 cores (about 2.5x that on AVX2 machines); the 4 x 30 prefix-cached suffix sweeps dominate.
     "cpu": AtlasPreset(model="smollm2-135m"),
     "gpu": AtlasPreset(model="HuggingFaceTB/SmolLM2-135M", device="cuda", window=1024, tokens=65_472, batch_size=16,
                        lens_positions=64, member_positions=4, member_chunk=8, jacobian_samples=32, n_boot=2000,
