@@ -36,6 +36,13 @@ class Preset:
     device: str = "cpu"  # where models and tensors of the run live ("cpu", "cuda", "cuda:1", ...)
     dtype: str = "float32"  # the models' parameter dtype (a key of DTYPES)
 
+    def __post_init__(self) -> None:
+        # papermill passes list parameters; presets are frozen and hashed, so lists become tuples
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, list):
+                object.__setattr__(self, f.name, tuple(v))
+
     @property
     def torch_dtype(self) -> torch.dtype:
         if self.dtype not in DTYPES:

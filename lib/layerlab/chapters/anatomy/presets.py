@@ -8,7 +8,7 @@ Token budgets are scored tokens; layers are 0-based.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from layerlab.core.protocol import Preset, make_preset
@@ -54,12 +54,6 @@ class AnatomyPreset(Preset):
     n_boot: int = 2000
     n_shuffles: int = 50
     seed: int = 0  # the trained model's seed (tiny models), windows and bootstraps
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, list):
-                object.__setattr__(self, f.name, tuple(v))
 
 
 PRESETS: dict[str, AnatomyPreset] = {

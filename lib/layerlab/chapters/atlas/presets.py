@@ -8,7 +8,7 @@ layers are 0-based (``None``: all).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from layerlab.core.protocol import Preset, make_preset
@@ -35,12 +35,6 @@ class AtlasPreset(Preset):
     n_boot: int = 1000
     n_perm: int = 2000
     seed: int = 0  # the tiny model's seed, windows, positions, bootstraps and the coupling null
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, list):
-                object.__setattr__(self, f.name, tuple(v))
 
 
 PRESETS: dict[str, AtlasPreset] = {
