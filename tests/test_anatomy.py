@@ -14,8 +14,13 @@ def test_presets_per_profile():
     assert anatomy.PRESETS["gpu"].device == "cuda"
     assert {p.device for k, p in anatomy.PRESETS.items() if k != "gpu"} == {"cpu"}
     p = anatomy.preset("smoke")
-    assert (p.model, p.tiny_layers, p.window, p.ablation_tokens, p.recovery_layers) == ("tiny-llama", 18, 64, 512,
-                                                                                         (8, 11, 14, 17))
+    assert (p.model, p.tiny_layers, p.window, p.ablation_tokens, p.recovery_layers) == (
+        "tiny-llama",
+        18,
+        64,
+        512,
+        (8, 11, 14, 17),
+    )
 
 
 def test_preset_lists_become_tuples():
@@ -28,10 +33,29 @@ def test_preset_lists_become_tuples():
 
 
 def _manip(scale_high: float, others_low: float) -> pd.DataFrame:
-    rows = [{"config": "scale0.9", "target": "redundant", "dnll_low": 0.0, "dnll_high": scale_high,
-             "dppl_pct": 5.0, "dppl_low": 0.0, "dppl_high": 10.0}]
-    rows += [{"config": c, "target": "redundant", "dnll_low": others_low, "dnll_high": others_low + 1,
-              "dppl_pct": 500.0, "dppl_low": 400.0, "dppl_high": 600.0} for c in ("zero", "clone", "blend")]
+    rows = [
+        {
+            "config": "scale0.9",
+            "target": "redundant",
+            "dnll_low": 0.0,
+            "dnll_high": scale_high,
+            "dppl_pct": 5.0,
+            "dppl_low": 0.0,
+            "dppl_high": 10.0,
+        }
+    ]
+    rows += [
+        {
+            "config": c,
+            "target": "redundant",
+            "dnll_low": others_low,
+            "dnll_high": others_low + 1,
+            "dppl_pct": 500.0,
+            "dppl_low": 400.0,
+            "dppl_high": 600.0,
+        }
+        for c in ("zero", "clone", "blend")
+    ]
     return pd.DataFrame(rows)
 
 
@@ -43,6 +67,21 @@ def test_manipulation_rule():
 
 
 def test_summary_counts_supported_rows():
-    rows = [Claim("a", "x", "y", "paper", 1.0, None, None, "-", v) for v in ("supported", "not supported")]
-    rows.append(Claim("b", "x", "y", "paper", 1.0, None, None, "-", "supported"))
+    rows = [
+        Claim(id="a", claim="x", paper="y", tag="paper", ours=1.0, ci_low=None, ci_high=None, null="-", verdict=v)
+        for v in ("supported", "not supported")
+    ]
+    rows.append(
+        Claim(
+            id="b",
+            claim="x",
+            paper="y",
+            tag="paper",
+            ours=1.0,
+            ci_low=None,
+            ci_high=None,
+            null="-",
+            verdict="supported",
+        )
+    )
     assert anatomy.summary(rows) == {"n_claims": 3, "n_supported": 2}

@@ -7,15 +7,28 @@ from layerlab.report.claims import Claim
 
 
 def _claim(**kw):
-    base = dict(id="C1", claim="x > 0", paper="x > 0", tag="[reconstructed]", ours=1.0, ci_low=0.5,
-                ci_high=1.5, null="random init: 0.0", verdict="supported")
+    base = dict(
+        id="C1",
+        claim="x > 0",
+        paper="x > 0",
+        tag="[reconstructed]",
+        ours=1.0,
+        ci_low=0.5,
+        ci_high=1.5,
+        null="random init: 0.0",
+        verdict="supported",
+    )
     base.update(kw)
     return Claim(**base)
 
 
 def test_table_columns_and_formatting():
-    rows = [_claim(), _claim(id="C2", ours=None, ci_low=None, ci_high=None, verdict="not testable offline",
-                             note="needs the base model")]
+    rows = [
+        _claim(),
+        _claim(
+            id="C2", ours=None, ci_low=None, ci_high=None, verdict="not testable offline", note="needs the base model"
+        ),
+    ]
     df = claims.claim_table(rows)
     assert list(df.columns) == [*claims.COLUMNS, "note"]
     assert df.loc[0, "tag"] == "[reconstructed]"
@@ -68,9 +81,53 @@ def test_fmt():
 
 
 def test_render_escapes_colours_and_drops_the_index():
-    rows = [claims.Claim("R1", "rho < 0 & falls", "x", "paper", 0.1, 0.0, 1.0, "n", "supported"),
-            claims.Claim("R2", "b", "x", "paper", 0.1, 0.0, 1.0, "n", "contradicted")]
+    rows = [
+        claims.Claim(
+            id="R1",
+            claim="rho < 0 & falls",
+            paper="x",
+            tag="paper",
+            ours=0.1,
+            ci_low=0.0,
+            ci_high=1.0,
+            null="n",
+            verdict="supported",
+        ),
+        claims.Claim(
+            id="R2",
+            claim="b",
+            paper="x",
+            tag="paper",
+            ours=0.1,
+            ci_low=0.0,
+            ci_high=1.0,
+            null="n",
+            verdict="contradicted",
+        ),
+    ]
     html = claims.render(rows).to_html()
     assert "rho &lt; 0 &amp; falls" in html  # the claim text survives HTML
     assert claims.VERDICT_COLOURS["supported"] in html and claims.VERDICT_COLOURS["contradicted"] in html
     assert 'class="claim-table"' in html and ">0</th>" not in html  # no 0..N index column
+
+
+def test_key_findings_follows_the_table():
+    rows = [
+        claims.Claim(id="R1", claim="lens = logits", paper="exact", tag="identity", ours=1e-9, ci_low=None,
+                     ci_high=None, null="—", verdict="supported"),
+        claims.Claim(id="R2", claim="loss falls with depth", paper="x", tag="paper", ours=-0.5, ci_low=-0.9,
+                     ci_high=-0.1, null="0", verdict="supported", reading="The estimate lies below 0."),
+        claims.Claim(id="R3", claim="norm < 2*x", paper="x", tag="paper", ours=0.1, ci_low=-0.2, ci_high=0.4,
+                     null="0", verdict="inconclusive", unit="documents", n=5),
+    ]
+    text = claims.key_findings(rows)
+    assert "**Supported** (1 of 2 empirical claims)" in text
+    assert "**R2** loss falls with depth. The estimate lies below 0." in text
+    assert "**Inconclusive** (1 of 2" in text and "n = 5 documents" in text
+    assert "norm \\< 2\\*x" in text  # markup escaped
+    assert "Identities" in text and "R1 hold" in text
+    assert "Contradicted" not in text  # no empty verdict class
+    flipped = [rows[0], rows[1], claims.Claim(**{**rows[2].to_dict(), "verdict": "contradicted"})]
+    assert "**Contradicted** (1 of 2" in claims.key_findings(flipped)
+    with pytest.raises(ValueError, match="at least one Claim"):
+        claims.key_findings([])

@@ -121,14 +121,41 @@ def test_band_and_equivalence():
 def test_identity_is_not_an_empirical_finding():
     d = Identity(tol=1e-6)
     assert d.decide_error(1e-9).verdict == "supported" and d.decide_error(1e-3).verdict == "contradicted"
-    rows = [Claim("R1", "lens = logits", "exact", "identity", 1e-9, None, None, "—", "supported"),
-            Claim("R2", "loss falls", "yes", "paper", 0.5, 0.1, 0.9, "0", "supported")]
+    rows = [
+        Claim(
+            id="R1",
+            claim="lens = logits",
+            paper="exact",
+            tag="identity",
+            ours=1e-9,
+            ci_low=None,
+            ci_high=None,
+            null="—",
+            verdict="supported",
+        ),
+        Claim(
+            id="R2",
+            claim="loss falls",
+            paper="yes",
+            tag="paper",
+            ours=0.5,
+            ci_low=0.1,
+            ci_high=0.9,
+            null="0",
+            verdict="supported",
+        ),
+    ]
     assert [c.id for c in empirical(rows)] == ["R2"]
 
 
 def test_missing_inputs_keep_their_row():
-    row = missing(id="C3", claim="coupling higher for trained", paper="yes", tag="paper",
-                  reason="the init runs were not computed at this profile")
+    row = missing(
+        id="C3",
+        claim="coupling higher for trained",
+        paper="yes",
+        tag="paper",
+        reason="the init runs were not computed at this profile",
+    )
     assert row.verdict == "inconclusive" and "not computed" in row.note and row.ours is None
     with pytest.raises(ValueError, match="why"):
         missing(id="C3", claim="x", paper="y", tag="paper", reason="")

@@ -24,6 +24,7 @@ __all__ = [
     "claim_table",
     "render",
     "fmt",
+    "key_findings",
     "verdict_from_ci",
     "verdict_identity",
     "verdict_within",
@@ -34,7 +35,7 @@ TAGS = ("paper", "secondary", "reconstructed", "environment", "identity")
 COLUMNS = ["id", "claim", "tag", "paper", "ours", "95% CI", "null / control", "verdict"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Claim:
     """One row of a chapter's claim table.
 
@@ -74,20 +75,36 @@ class Claim:
         if self.ci_low is not None and self.ci_high is not None and self.ci_low > self.ci_high:
             raise ValueError(f"claim {self.id}: ci_low {self.ci_low} > ci_high {self.ci_high}")
         if self.ours is None and self.verdict not in ("not testable offline", "inconclusive"):
-            raise ValueError(f"claim {self.id}: no estimate, so the verdict must be 'not testable offline' "
-                             "or 'inconclusive'")
+            raise ValueError(
+                f"claim {self.id}: no estimate, so the verdict must be 'not testable offline' or 'inconclusive'"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def decided(cls, *, id: str, claim: str, paper: str, tag: str, evidence: Any, decision: Any, null: str,
-                note: str = "") -> Claim:
+    def decided(
+        cls, *, id: str, claim: str, paper: str, tag: str, evidence: Any, decision: Any, null: str, note: str = ""
+    ) -> Claim:
         """A row from :class:`layerlab.report.inference.Evidence` and the
         :class:`layerlab.report.verdicts.Decision` a rule took on it (estimate, interval, unit, n, rule,
         verdict and reading all come from them, never typed)."""
-        return cls(id, claim, paper, tag, evidence.estimate, evidence.low, evidence.high, null, decision.verdict,
-                   note=note, unit=evidence.unit, n=evidence.n, rule=decision.rule, reading=decision.reading)
+        return cls(
+            id=id,
+            claim=claim,
+            paper=paper,
+            tag=tag,
+            ours=evidence.estimate,
+            ci_low=evidence.low,
+            ci_high=evidence.high,
+            null=null,
+            verdict=decision.verdict,
+            note=note,
+            unit=evidence.unit,
+            n=evidence.n,
+            rule=decision.rule,
+            reading=decision.reading,
+        )
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -109,8 +126,16 @@ def claim_table(claims: Iterable[Claim], digits: int = 3) -> pd.DataFrame:
     rows = []
     for c in claims:
         ci = "—" if c.ci_low is None else f"[{fmt(c.ci_low, digits)}, {fmt(c.ci_high, digits)}]"
-        row = {"id": c.id, "claim": c.claim, "tag": f"[{c.tag}]", "paper": c.paper,
-               "ours": fmt(c.ours, digits), "95% CI": ci, "null / control": c.null, "verdict": c.verdict}
+        row = {
+            "id": c.id,
+            "claim": c.claim,
+            "tag": f"[{c.tag}]",
+            "paper": c.paper,
+            "ours": fmt(c.ours, digits),
+            "95% CI": ci,
+            "null / control": c.null,
+            "verdict": c.verdict,
+        }
         if any(x.n is not None for x in claims):
             row["n (unit)"] = "—" if c.n is None else f"{c.n} {c.unit}".strip()
         if any(x.note for x in claims):
@@ -119,8 +144,9 @@ def claim_table(claims: Iterable[Claim], digits: int = 3) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def verdict_from_ci(low: float, high: float, direction: str = "greater", threshold: float = 0.0,
-                    min_effect: float = 0.0) -> str:
+def verdict_from_ci(
+    low: float, high: float, direction: str = "greater", threshold: float = 0.0, min_effect: float = 0.0
+) -> str:
     """Verdict for a directional claim "the effect is > threshold" (``direction="greater"``) or
     "< threshold" (``"less"``), given the effect's CI [low, high].
 
@@ -159,8 +185,13 @@ def verdict_identity(max_abs_error: float, tol: float) -> str:
     return "supported" if max_abs_error <= tol else "contradicted"
 
 
-VERDICT_COLOURS = {"supported": "#d9ead3", "not supported": "#fce5cd", "contradicted": "#f4cccc",
-                   "inconclusive": "#eeeeee", "not testable offline": "#eeeeee"}
+VERDICT_COLOURS = {
+    "supported": "#d9ead3",
+    "not supported": "#fce5cd",
+    "contradicted": "#f4cccc",
+    "inconclusive": "#eeeeee",
+    "not testable offline": "#eeeeee",
+}
 """Background of the verdict cell per verdict (light: readable in both themes with dark text)."""
 
 
@@ -172,6 +203,57 @@ def render(claims: Iterable[Claim], digits: int = 3) -> Any:
     def colour(v: str) -> str:
         return f"background-color: {VERDICT_COLOURS.get(v, '')}; color: #000; font-weight: bold"
 
-    return (table.style.format(escape="html").hide(axis="index").map(colour, subset=["verdict"])
-            .set_properties(**{"white-space": "normal", "text-align": "left", "vertical-align": "top"})
-            .set_table_attributes('class="claim-table"'))
+    return (
+        table.style.format(escape="html")
+        .hide(axis="index")
+        .map(colour, subset=["verdict"])
+        .set_properties(**{"white-space": "normal", "text-align": "left", "vertical-align": "top"})
+        .set_table_attributes('class="claim-table"')
+    )
+
+
+def key_findings(claims: Iterable[Claim]) -> str:
+    """The "Key findings" a chapter opens with, generated from its claim table so that it always matches.
+
+    Returns MyST Markdown (a bullet list, for ``{glue:md}`` with ``:format: myst`` inside an admonition):
+    one bullet per empirical verdict class in the order supported, contradicted, not supported,
+    inconclusive, not testable offline, each listing its claims by id with the row's generated reading
+    (or, for rows without one, the estimate and interval); then one bullet that names the [identity]
+    rows, which are checks of algebra and never count as findings.
+    """
+    claims = list(claims)
+    if not claims:
+        raise ValueError("key_findings needs at least one Claim (the chapter's claim table)")
+    lines: list[str] = []
+    found = [c for c in claims if c.tag != "identity"]
+    for verdict in ("supported", "contradicted", "not supported", "inconclusive", "not testable offline"):
+        rows = [c for c in found if c.verdict == verdict]
+        if not rows:
+            continue
+        lines.append(f"- **{verdict.capitalize()}** ({len(rows)} of {len(found)} empirical claims):")
+        for c in rows:
+            if c.reading:
+                why = c.reading
+            elif c.ours is None:
+                why = c.note or "not computed"
+            else:
+                ci = "" if c.ci_low is None else f", 95% CI [{fmt(c.ci_low)}, {fmt(c.ci_high)}]"
+                n = "" if c.n is None else f", n = {c.n} {c.unit}".rstrip()
+                why = f"ours {fmt(c.ours)}{ci}{n}."
+            lines.append(f"  - **{c.id}** {_md_escape(c.claim)}. {_md_escape(why)}")
+    ident = [c for c in claims if c.tag == "identity"]
+    if ident:
+        held = [c.id for c in ident if c.verdict == "supported"]
+        failed = [c.id for c in ident if c.verdict != "supported"]
+        text = f"- **Identities** (checks of algebra, not findings): {', '.join(held) or 'none'} hold"
+        if failed:
+            text += f"; {', '.join(failed)} FAIL (a bug, not a finding)"
+        lines.append(text + ".")
+    return "\n".join(lines)
+
+
+def _md_escape(text: str) -> str:
+    """Text safe inside MyST Markdown: characters that would start markup are escaped."""
+    for ch in ("\\", "*", "_", "`", "[", "]", "<", ">", "$", "{", "}", "|"):
+        text = text.replace(ch, "\\" + ch)
+    return text

@@ -75,8 +75,10 @@ class Direction:
 
     def _beyond(self, ev: Evidence, direction: str) -> bool:
         if abs(ev.null - self.null) > 1e-12:
-            raise ValueError(f"{self.name}: the evidence was computed against null {ev.null}, the rule uses "
-                             f"{self.null}; compute the Evidence with null={self.null}")
+            raise ValueError(
+                f"{self.name}: the evidence was computed against null {ev.null}, the rule uses "
+                f"{self.null}; compute the Evidence with null={self.null}"
+            )
         return _p(ev, direction) <= self.alpha / 2
 
     def decide(self, ev: Evidence) -> Decision:
@@ -85,25 +87,46 @@ class Direction:
         est = f"{fmt(ev.estimate)} ({_interval(ev)}; one-sided p = {p:.2g})"
         side = "above" if self.direction == "greater" else "below"
         if self._beyond(ev, self.direction):
-            return Decision(verdict="supported", rule=self.name,
-                            reading=f"The estimate {est} lies {side} {fmt(self.null)}, as claimed.")
+            return Decision(
+                verdict="supported",
+                rule=self.name,
+                reading=f"The estimate {est} lies {side} {fmt(self.null)}, as claimed.",
+            )
         if self._beyond(ev, other):
             opp = "below" if self.direction == "greater" else "above"
-            return Decision(verdict="contradicted", rule=self.name,
-                            reading=f"The estimate {est} lies {opp} {fmt(self.null)}: the opposite of the claim.")
+            return Decision(
+                verdict="contradicted",
+                rule=self.name,
+                reading=f"The estimate {est} lies {opp} {fmt(self.null)}: the opposite of the claim.",
+            )
         if ev.p_min > self.alpha / 2:
-            return Decision(verdict="inconclusive", rule=self.name,
-                            reading=f"The estimate {est} cannot decide the claim: with n = {ev.n} {ev.unit} the "
-                                    f"smallest attainable p is {ev.p_min:.2g} > {self.alpha / 2:g}; more units are "
-                                    "needed.")
-        if (self.margin is not None and ev.has_interval and ev.low is not None and ev.high is not None
-                and self.null - self.margin < ev.low and ev.high < self.null + self.margin):
-            return Decision(verdict="not supported", rule=self.name,
-                            reading=f"The estimate {est} lies within ±{fmt(self.margin)} of {fmt(self.null)}: "
-                                    "no effect of the claimed size.")
-        return Decision(verdict="inconclusive", rule=self.name,
-                        reading=f"The estimate {est} does not separate from {fmt(self.null)} in either direction: "
-                                "too little evidence to decide.")
+            return Decision(
+                verdict="inconclusive",
+                rule=self.name,
+                reading=f"The estimate {est} cannot decide the claim: with n = {ev.n} {ev.unit} the "
+                f"smallest attainable p is {ev.p_min:.2g} > {self.alpha / 2:g}; more units are "
+                "needed.",
+            )
+        if (
+            self.margin is not None
+            and ev.has_interval
+            and ev.low is not None
+            and ev.high is not None
+            and self.null - self.margin < ev.low
+            and ev.high < self.null + self.margin
+        ):
+            return Decision(
+                verdict="not supported",
+                rule=self.name,
+                reading=f"The estimate {est} lies within ±{fmt(self.margin)} of {fmt(self.null)}: "
+                "no effect of the claimed size.",
+            )
+        return Decision(
+            verdict="inconclusive",
+            rule=self.name,
+            reading=f"The estimate {est} does not separate from {fmt(self.null)} in either direction: "
+            "too little evidence to decide.",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,17 +149,22 @@ class Band:
 
     def decide(self, ev: Evidence) -> Decision:
         if not ev.has_interval:
-            return Decision(verdict="inconclusive", rule=self.name,
-                            reading=f"{fmt(ev.estimate)} has no interval at n = {ev.n} {ev.unit}; a band needs one.")
+            return Decision(
+                verdict="inconclusive",
+                rule=self.name,
+                reading=f"{fmt(ev.estimate)} has no interval at n = {ev.n} {ev.unit}; a band needs one.",
+            )
         assert ev.low is not None and ev.high is not None
         est = f"{fmt(ev.estimate)} ({_interval(ev)})"
         if self.lo <= ev.low and ev.high <= self.hi:
             return Decision(verdict="supported", rule=self.name, reading=f"The estimate {est} lies inside the band.")
         if ev.high < self.lo or ev.low > self.hi:
-            return Decision(verdict="contradicted", rule=self.name,
-                            reading=f"The estimate {est} lies outside the band.")
-        return Decision(verdict="inconclusive", rule=self.name,
-                        reading=f"The estimate {est} straddles the band's edge.")
+            return Decision(
+                verdict="contradicted", rule=self.name, reading=f"The estimate {est} lies outside the band."
+            )
+        return Decision(
+            verdict="inconclusive", rule=self.name, reading=f"The estimate {est} straddles the band's edge."
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,10 +198,15 @@ class Identity:
 
     def decide_error(self, max_abs_error: float) -> Decision:
         ok = max_abs_error <= self.tol
-        return Decision(verdict="supported" if ok else "contradicted", rule=self.name,
-                        reading=(f"The identity holds to {max_abs_error:.1e} (tolerance {self.tol:.0e})." if ok else
-                                 f"The identity fails: error {max_abs_error:.1e} > tolerance {self.tol:.0e}; "
-                                 "a bug, not a finding."))
+        return Decision(
+            verdict="supported" if ok else "contradicted",
+            rule=self.name,
+            reading=(
+                f"The identity holds to {max_abs_error:.1e} (tolerance {self.tol:.0e})."
+                if ok
+                else f"The identity fails: error {max_abs_error:.1e} > tolerance {self.tol:.0e}; a bug, not a finding."
+            ),
+        )
 
 
 def decide_family(rule: Direction, evidence: Sequence[Evidence], *, family: str = "all") -> Decision:
@@ -195,24 +228,44 @@ def decide_family(rule: Direction, evidence: Sequence[Evidence], *, family: str 
     m = len(evidence)
     name = f"{rule.name}; {family} of {m} (Holm)"
     units = f"n = {evidence[0].n} {evidence[0].unit} each"
-    if (hit.all() if family == "all" else hit.any()):
-        return Decision(verdict="supported", rule=name,
-                        reading=f"{int(hit.sum())} of {m} tests are significant in the claimed direction "
-                                f"after Holm correction ({units}).")
-    if (opp.any() if family == "all" else opp.all()):
-        return Decision(verdict="contradicted", rule=name,
-                        reading=f"{int(opp.sum())} of {m} tests are significant in the opposite direction "
-                                f"after Holm correction ({units}).")
-    return Decision(verdict="inconclusive", rule=name,
-                    reading=f"{int(hit.sum())} of {m} tests are significant in the claimed direction and "
-                            f"{int(opp.sum())} in the opposite one after Holm correction ({units}).")
+    if hit.all() if family == "all" else hit.any():
+        return Decision(
+            verdict="supported",
+            rule=name,
+            reading=f"{int(hit.sum())} of {m} tests are significant in the claimed direction "
+            f"after Holm correction ({units}).",
+        )
+    if opp.any() if family == "all" else opp.all():
+        return Decision(
+            verdict="contradicted",
+            rule=name,
+            reading=f"{int(opp.sum())} of {m} tests are significant in the opposite direction "
+            f"after Holm correction ({units}).",
+        )
+    return Decision(
+        verdict="inconclusive",
+        rule=name,
+        reading=f"{int(hit.sum())} of {m} tests are significant in the claimed direction and "
+        f"{int(opp.sum())} in the opposite one after Holm correction ({units}).",
+    )
 
 
 def missing(*, id: str, claim: str, paper: str, tag: str, reason: str) -> Claim:
     """The row of a claim whose inputs are missing: inconclusive, with the reason (never dropped)."""
     if not reason.strip():
         raise ValueError(f"claim {id}: say why its inputs are missing")
-    return Claim(id, claim, paper, tag, None, None, None, "—", "inconclusive", note=f"not computed: {reason}")
+    return Claim(
+        id=id,
+        claim=claim,
+        paper=paper,
+        tag=tag,
+        ours=None,
+        ci_low=None,
+        ci_high=None,
+        null="—",
+        verdict="inconclusive",
+        note=f"not computed: {reason}",
+    )
 
 
 def empirical(claims: Sequence[Claim]) -> list[Claim]:

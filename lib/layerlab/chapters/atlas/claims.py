@@ -24,26 +24,61 @@ def claims(result: AtlasResult) -> list[Claim]:
     ag = result.agreement
     m = len(ag)
     rows = []
-    evs = [Evidence(estimate=r.rho, low=None, high=None, p_greater=r.p_greater, p_less=r.p_less, unit="layers",
-                    n=int(r.n), method="permutation test over layers")
-           for r in ag.itertuples() if r.rho == r.rho]
+    evs = [
+        Evidence(
+            estimate=r.rho,
+            low=None,
+            high=None,
+            p_greater=r.p_greater,
+            p_less=r.p_less,
+            unit="layers",
+            n=int(r.n),
+            method="permutation test over layers",
+        )
+        for r in ag.itertuples()
+        if r.rho == r.rho
+    ]
     if evs:
         d = decide_family(Direction(), evs, family="any")
-        rows.append(Claim("AG", "Some pair of lenses picks the same layers (Spearman over layers)", "—",
-                          "reconstructed", float(ag.rho.max()), None, None,
-                          f"permutation null per pair; Holm over {len(evs)} pairs", d.verdict, d.reading))
+        rows.append(
+            Claim(
+                id="AG",
+                claim="Some pair of lenses picks the same layers (Spearman over layers)",
+                paper="—",
+                tag="reconstructed",
+                ours=float(ag.rho.max()),
+                ci_low=None,
+                ci_high=None,
+                null=f"permutation null per pair; Holm over {len(evs)} pairs",
+                verdict=d.verdict,
+                note=d.reading,
+            )
+        )
     for i, r in enumerate(ag.itertuples(), start=1):
         ok = r.rho == r.rho
         ci = (float(r.low), float(r.high)) if ok and r.low == r.low else (None, None)
-        rows.append(Claim(f"AG{i}", f"{r.a} and {r.b} pick the same layers", "—", "reconstructed",
-                          float(r.rho) if ok else None, *ci,
-                          f"permutation over {r.n} layers; Holm over {m} pairs",
-                          VERDICT[r.verdict] if ok else "inconclusive", r.sentence))
+        rows.append(
+            Claim(
+                id=f"AG{i}",
+                claim=f"{r.a} and {r.b} pick the same layers",
+                paper="—",
+                tag="reconstructed",
+                ours=float(r.rho) if ok else None,
+                ci_low=ci[0],
+                ci_high=ci[1],
+                null=f"permutation over {r.n} layers; Holm over {m} pairs",
+                verdict=VERDICT[r.verdict] if ok else "inconclusive",
+                note=r.sentence,
+            )
+        )
     return rows
 
 
 def summary(rows: list[Claim]) -> dict[str, int]:
     """Counts the prose glues: pairs, agreeing pairs, opposite pairs."""
     pairs = [c for c in rows if c.id != "AG"]
-    return {"n_claims": len(pairs), "n_supported": sum(c.verdict == "supported" for c in pairs),
-            "n_contradicted": sum(c.verdict == "contradicted" for c in pairs)}
+    return {
+        "n_claims": len(pairs),
+        "n_supported": sum(c.verdict == "supported" for c in pairs),
+        "n_contradicted": sum(c.verdict == "contradicted" for c in pairs),
+    }

@@ -35,63 +35,63 @@ def claims(result: DiversityResult) -> list[Claim]:
     err = max(r["identity_error"] for r in results.values())
     cl.append(
         Claim(
-            "D1",
-            "The final residual is the sum of embedding, MHA and MLP outputs; the frozen-norm lens "
+            id="D1",
+            claim="The final residual is the sum of embedding, MHA and MLP outputs; the frozen-norm lens "
             "of the members sums to the model's logits (Eq. 1)",
-            "exact (Eq. 1)",
-            "paper",
-            err,
-            None,
-            None,
-            "fp32 tolerance 1e-4 (relative)",
-            verdict_identity(err, 1e-4),
-            "max relative error over tasks, verbaliser logits, live fp32 run",
+            paper="exact (Eq. 1)",
+            tag="paper",
+            ours=err,
+            ci_low=None,
+            ci_high=None,
+            null="fp32 tolerance 1e-4 (relative)",
+            verdict=verdict_identity(err, 1e-4),
+            note="max relative error over tasks, verbaliser logits, live fp32 run",
         )
     )
     e2 = max(max(r["identity_mse"].values()) for r in results.values())
     cl.append(
         Claim(
-            "D2",
-            "MSE = Bias - Diversity exactly (Theorem 1); CE = mean member CE - mean KL",
-            "exact (Theorem 1)",
-            "paper",
-            e2,
-            None,
-            None,
-            "fp64 tolerance 1e-10 (relative)",
-            verdict_identity(e2, 1e-10),
-            "max relative error over tasks, examples, depths; both forms",
+            id="D2",
+            claim="MSE = Bias - Diversity exactly (Theorem 1); CE = mean member CE - mean KL",
+            paper="exact (Theorem 1)",
+            tag="paper",
+            ours=e2,
+            ci_low=None,
+            ci_high=None,
+            null="fp64 tolerance 1e-10 (relative)",
+            verdict=verdict_identity(e2, 1e-10),
+            note="max relative error over tasks, examples, depths; both forms",
         )
     )
     t = h["tradeoff"]
     cl.append(
         Claim(
-            "D3",
-            "Diversity matters most when members are far from the target: Div is large exactly "
+            id="D3",
+            claim="Diversity matters most when members are far from the target: Div is large exactly "
             "where Bias is large (Spearman over examples)",
-            "qualitative",
-            "paper",
-            t["corr_bias_div"],
-            t["corr_bias_div_low"],
-            t["corr_bias_div_high"],
-            "0 (no association)",
-            verdict_from_ci(t["corr_bias_div_low"], t["corr_bias_div_high"]),
-            "shared Omega makes this partly structural; "
+            paper="qualitative",
+            tag="paper",
+            ours=t["corr_bias_div"],
+            ci_low=t["corr_bias_div_low"],
+            ci_high=t["corr_bias_div_high"],
+            null="0 (no association)",
+            verdict=verdict_from_ci(t["corr_bias_div_low"], t["corr_bias_div_high"]),
+            note="shared Omega makes this partly structural; "
             + _others(results, lambda r: f"{r['tradeoff']['corr_bias_div']:.2f}"),
         )
     )
     cl.append(
         Claim(
-            "D4",
-            "Bias-diversity trade-off: reducing bias reduces diversity (corr(Bias, Omega) > 0 is the mechanism)",
-            "qualitative",
-            "secondary",
-            t["corr_bias_omega"],
-            t["corr_bias_omega_low"],
-            t["corr_bias_omega_high"],
-            f"partial r(Bias, Div | Omega) = {t['partial_bias_div_given_omega']:.2f}",
-            verdict_from_ci(t["corr_bias_omega_low"], t["corr_bias_omega_high"]),
-            "by construction Bias and Div share Omega; "
+            id="D4",
+            claim="Bias-diversity trade-off: reducing bias reduces diversity (corr(Bias, Omega) > 0 is the mechanism)",
+            paper="qualitative",
+            tag="secondary",
+            ours=t["corr_bias_omega"],
+            ci_low=t["corr_bias_omega_low"],
+            ci_high=t["corr_bias_omega_high"],
+            null=f"partial r(Bias, Div | Omega) = {t['partial_bias_div_given_omega']:.2f}",
+            verdict=verdict_from_ci(t["corr_bias_omega_low"], t["corr_bias_omega_high"]),
+            note="by construction Bias and Div share Omega; "
             + _others(results, lambda r: f"{r['tradeoff']['partial_bias_div_given_omega']:.2f} (partial)"),
         )
     )
@@ -106,15 +106,17 @@ def claims(result: DiversityResult) -> list[Claim]:
         c5, v5 = (None, None, None), "inconclusive"
     cl.append(
         Claim(
-            "D5",
-            "Adding a block helps only when it is diverse: per-block gain in I(S_k;Y) rises with the "
+            id="D5",
+            claim="Adding a block helps only when it is diverse: per-block gain in I(S_k;Y) rises with the "
             "block's information diversity (CondRed - Red)",
-            "qualitative",
-            "paper",
-            *c5,
-            "0 (no association)",
-            v5,
-            "summary estimator S_k for U_<k (spec 3.6); Spearman over blocks",
+            paper="qualitative",
+            tag="paper",
+            ours=c5[0],
+            ci_low=c5[1],
+            ci_high=c5[2],
+            null="0 (no association)",
+            verdict=v5,
+            note="summary estimator S_k for U_<k (spec 3.6); Spearman over blocks",
         )
     )
     imax = int(info["info"].to_numpy().argmax())
@@ -122,32 +124,33 @@ def claims(result: DiversityResult) -> list[Claim]:
     drop = float(info["info"].iloc[-1] - info["info"].iloc[imax])
     cl.append(
         Claim(
-            "D6",
-            "More layers need not help: measured I(S_k;Y) can fall with depth though I(U_<=k;Y) cannot",
-            "qualitative",
-            "secondary",
-            drop,
-            None,
-            None,
-            f"label-permutation floor {info['null_floor'].iloc[-1]:.3f} bits",
-            "supported" if drop_sig else "inconclusive",
-            f"I(S_L;Y) - max_k I(S_k;Y) (bits), max at k={imax}; 'supported' iff the CIs at k={imax} and L "
+            id="D6",
+            claim="More layers need not help: measured I(S_k;Y) can fall with depth though I(U_<=k;Y) cannot",
+            paper="qualitative",
+            tag="secondary",
+            ours=drop,
+            ci_low=None,
+            ci_high=None,
+            null=f"label-permutation floor {info['null_floor'].iloc[-1]:.3f} bits",
+            verdict="supported" if drop_sig else "inconclusive",
+            note=f"I(S_L;Y) - max_k I(S_k;Y) (bits), max at k={imax}; 'supported' iff the CIs at k={imax} and L "
             "are disjoint",
         )
     )
     g, p = h["gains"], h["premise"]
     cl.append(
         Claim(
-            "D7",
-            "Gains from adding layers diminish (submodular; Theorem 7 derives it from members independent given Y)",
-            "qualitative",
-            "paper",
-            g["violations"] / max(g["steps"], 1),
-            None,
-            None,
-            f"shuffled-order null: {g['null_mean'] / max(g['steps'], 1):.2f} (p={g['p_fewer']:.2f})",
-            "supported" if g["p_fewer"] < 0.05 else "inconclusive",
-            "ours = fraction of steps with G_k > G_(k-1); 'supported' iff fewer than under shuffled order "
+            id="D7",
+            claim="Gains from adding layers diminish (submodular; Theorem 7 derives it from members independent "
+            "given Y)",
+            paper="qualitative",
+            tag="paper",
+            ours=g["violations"] / max(g["steps"], 1),
+            ci_low=None,
+            ci_high=None,
+            null=f"shuffled-order null: {g['null_mean'] / max(g['steps'], 1):.2f} (p={g['p_fewer']:.2f})",
+            verdict="supported" if g["p_fewer"] < 0.05 else "inconclusive",
+            note="ours = fraction of steps with G_k > G_(k-1); 'supported' iff fewer than under shuffled order "
             f"(p < 0.05). Premise: excess I(U_i;U_j|Y) = {p['excess']:.3f} [{p['excess_low']:.3f}, "
             f"{p['excess_high']:.3f}] bits over a within-class permutation"
             + (" (> 0: the premise fails, so Theorem 7 does not apply)" if p["excess_low"] > 0 else ""),
@@ -158,32 +161,32 @@ def claims(result: DiversityResult) -> list[Claim]:
         m = c8.loc["mse"]
         cl.append(
             Claim(
-                "D8",
-                "MSE correlates strongly (negatively) with accuracy; Bias and Div correlations are "
+                id="D8",
+                claim="MSE correlates strongly (negatively) with accuracy; Bias and Div correlations are "
                 "unclear and task-dependent",
-                "values unknown",
-                "secondary",
-                m["spearman"],
-                m["spearman_low"],
-                m["spearman_high"],
-                f"partial r given depth {m['partial_k']:.2f} (perm p={m['perm_p']:.2f})",
-                verdict_from_ci(m["spearman_low"], m["spearman_high"], "less"),
-                "Spearman over truncation depths; " + _others(results, _corr_note),
+                paper="values unknown",
+                tag="secondary",
+                ours=m["spearman"],
+                ci_low=m["spearman_low"],
+                ci_high=m["spearman_high"],
+                null=f"partial r given depth {m['partial_k']:.2f} (perm p={m['perm_p']:.2f})",
+                verdict=verdict_from_ci(m["spearman_low"], m["spearman_high"], "less"),
+                note="Spearman over truncation depths; " + _others(results, _corr_note),
             )
         )
     else:
         cl.append(
             Claim(
-                "D8",
-                "MSE correlates with accuracy",
-                "values unknown",
-                "secondary",
-                None,
-                None,
-                None,
-                "-",
-                "inconclusive",
-                "accuracy constant over depth",
+                id="D8",
+                claim="MSE correlates with accuracy",
+                paper="values unknown",
+                tag="secondary",
+                ours=None,
+                ci_low=None,
+                ci_high=None,
+                null="-",
+                verdict="inconclusive",
+                note="accuracy constant over depth",
             )
         )
     dn = _row(h["sweep"], "div_per_m")
@@ -192,16 +195,16 @@ def claims(result: DiversityResult) -> list[Claim]:
         raw = spearman(dn["k"].to_numpy(), _row(h["sweep"], "div")["value"].to_numpy())
         cl.append(
             Claim(
-                "D9",
-                "As layers are added, diversity rises (lagging the bias decrease) - after M-normalising",
-                "qualitative",
-                "secondary",
-                r9.r,
-                r9.low,
-                r9.high,
-                f"raw Div: rho = {raw.r:.2f}",
-                verdict_from_ci(r9.low, r9.high),
-                "Spearman of Div/M_k with k; a rise only in raw Div is a member-count artefact",
+                id="D9",
+                claim="As layers are added, diversity rises (lagging the bias decrease) - after M-normalising",
+                paper="qualitative",
+                tag="secondary",
+                ours=r9.r,
+                ci_low=r9.low,
+                ci_high=r9.high,
+                null=f"raw Div: rho = {raw.r:.2f}",
+                verdict=verdict_from_ci(r9.low, r9.high),
+                note="Spearman of Div/M_k with k; a rise only in raw Div is a member-count artefact",
             )
         )
     b = h["best_vs_final"]
@@ -211,30 +214,30 @@ def claims(result: DiversityResult) -> list[Claim]:
         note10 += "; depth family (trained, linear head): " + ", ".join(f"L={d}: {a:.2f}" for d, a in tr.items())
     cl.append(
         Claim(
-            "D10",
-            "Performance first rises, then falls with the number of layers",
-            "qualitative",
-            "secondary",
-            b["diff"],
-            b["diff_low"],
-            b["diff_high"],
-            "0 (no fall)",
-            verdict_from_ci(b["diff_low"], b["diff_high"], "less"),
-            note10,
+            id="D10",
+            claim="Performance first rises, then falls with the number of layers",
+            paper="qualitative",
+            tag="secondary",
+            ours=b["diff"],
+            ci_low=b["diff_low"],
+            ci_high=b["diff_high"],
+            null="0 (no fall)",
+            verdict=verdict_from_ci(b["diff_low"], b["diff_high"], "less"),
+            note=note10,
         )
     )
     cl.append(
         Claim(
-            "D11",
-            "Bias does not tend to zero in practice (label-centred target)",
-            "qualitative",
-            "secondary",
-            t["bias_floor_centred"],
-            t["bias_floor_centred_low"],
-            t["bias_floor_centred_high"],
-            f"one-hot target {t['bias_floor_onehot']:.3g}; member CE floor {t['member_ce_floor']:.3g} nats",
-            verdict_from_ci(t["bias_floor_centred_low"], t["bias_floor_centred_high"]),
-            "trivially > 0 unless every member equals the target; size relative to MSE is what matters",
+            id="D11",
+            claim="Bias does not tend to zero in practice (label-centred target)",
+            paper="qualitative",
+            tag="secondary",
+            ours=t["bias_floor_centred"],
+            ci_low=t["bias_floor_centred_low"],
+            ci_high=t["bias_floor_centred_high"],
+            null=f"one-hot target {t['bias_floor_onehot']:.3g}; member CE floor {t['member_ce_floor']:.3g} nats",
+            verdict=verdict_from_ci(t["bias_floor_centred_low"], t["bias_floor_centred_high"]),
+            note="trivially > 0 unless every member equals the target; size relative to MSE is what matters",
         )
     )
     return cl

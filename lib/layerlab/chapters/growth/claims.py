@@ -17,7 +17,7 @@ MIN_EFFECT = 0.05
 
 
 def _saving_verdict(low: float, high: float, claimed: float) -> str:
-    """"~claimed cost reduction": supported if the CI lies above half the claim, contradicted if
+    """ "~claimed cost reduction": supported if the CI lies above half the claim, contradicted if
     the arm costs more (CI below 0), not supported if the CI excludes half the claim."""
     if not np.isfinite(low) or not np.isfinite(high):
         return "inconclusive"
@@ -43,47 +43,108 @@ def claims(result: GrowthResult) -> list[Claim]:
     n_seeds = result.numbers["seeds"]
     out = []
     g = tok.loc["gtt"]
-    out.append(Claim(
-        "G1", "GTT reaches a lower validation loss than uniform training in the same number of steps",
-        "0.127 vs 0.599 nats (4.7x)", "paper", g["delta"], g["delta_low"], g["delta_high"],
-        f"uniform at its best LR of the sweep: {uni_final['nll']:.3f} nats; ΔNLL = 0",
-        verdict_from_ci(g["delta_low"], g["delta_high"], "less", 0.0, MIN_EFFECT),
-        f"ΔNLL = GTT − uniform in nats at equal tokens; {n_seeds} seeds x validation windows bootstrap; "
-        f"ratio of means {g['nll'] / uni_final['nll']:.3f} (paper 0.21)"))
+    out.append(
+        Claim(
+            id="G1",
+            claim="GTT reaches a lower validation loss than uniform training in the same number of steps",
+            paper="0.127 vs 0.599 nats (4.7x)",
+            tag="paper",
+            ours=g["delta"],
+            ci_low=g["delta_low"],
+            ci_high=g["delta_high"],
+            null=f"uniform at its best LR of the sweep: {uni_final['nll']:.3f} nats; ΔNLL = 0",
+            verdict=verdict_from_ci(g["delta_low"], g["delta_high"], "less", 0.0, MIN_EFFECT),
+            note=f"ΔNLL = GTT − uniform in nats at equal tokens; {n_seeds} seeds x validation windows bootstrap; "
+            f"ratio of means {g['nll'] / uni_final['nll']:.3f} (paper 0.21)",
+        )
+    )
     g = flo.loc["gtt"]
-    out.append(Claim(
-        "G1b", "… and at equal training FLOPs (GTT's frozen layers cost less per step)",
-        "not reported", "reconstructed", g["delta"], g["delta_low"], g["delta_high"],
-        "uniform at the same FLOPs (read off its curve: conservative for uniform, whose LR has not decayed)",
-        verdict_from_ci(g["delta_low"], g["delta_high"], "less", 0.0, MIN_EFFECT), "ΔNLL in nats"))
+    out.append(
+        Claim(
+            id="G1b",
+            claim="… and at equal training FLOPs (GTT's frozen layers cost less per step)",
+            paper="not reported",
+            tag="reconstructed",
+            ours=g["delta"],
+            ci_low=g["delta_low"],
+            ci_high=g["delta_high"],
+            null="uniform at the same FLOPs (read off its curve: conservative for uniform, whose LR has not decayed)",
+            verdict=verdict_from_ci(g["delta_low"], g["delta_high"], "less", 0.0, MIN_EFFECT),
+            note="ΔNLL in nats",
+        )
+    )
     g = wal.loc["gtt"]
-    out.append(Claim(
-        "G1c", "… and at equal wall-clock", "not reported", "reconstructed", g["delta"], g["delta_low"],
-        g["delta_high"], "uniform at the same measured seconds",
-        verdict_from_ci(g["delta_low"], g["delta_high"], "less", 0.0, MIN_EFFECT),
-        "wall-clock measured on a shared CPU: noisy"))
-    out.append(Claim(
-        "G2", "GTT trains faster than uniform training for the same steps", "13% faster", "paper",
-        st["wall_saving"], st["low"], st["high"], f"counted FLOP saving per step: {st['flop_saving']:.1%}",
-        verdict_from_ci(st["low"], st["high"], "greater", 0.0),
-        "1 − wall(GTT)/wall(uniform), measured; CI over seeds"))
-    out.append(Claim(
-        "G3", "GTT reaches the same quality at much lower cost", "~54% cost reduction", "paper",
-        sp["saving"], sp["saving_low"], sp["saving_high"],
-        f"target = {sp['target']:.3f} nats (the worst run's final loss); uniform's cost to it",
-        _saving_verdict(sp["saving_low"], sp["saving_high"], 0.54),
-        "saving = 1 − FLOPs(GTT)/FLOPs(uniform) to the target; the paper's cost model is unknown"))
-    out.append(Claim(
-        "G4", "GTT at 63% of the steps beats uniform at the full budget", "416 vs 656 steps", "secondary",
-        g_early["nll"] - uni_final["nll"], None, None, "uniform at 100% of the steps",
-        "supported" if g_early["nll"] < uni_final["nll"] else "not supported",
-        "point estimates of mean NLL; see G1 for the CI scale"))
+    out.append(
+        Claim(
+            id="G1c",
+            claim="… and at equal wall-clock",
+            paper="not reported",
+            tag="reconstructed",
+            ours=g["delta"],
+            ci_low=g["delta_low"],
+            ci_high=g["delta_high"],
+            null="uniform at the same measured seconds",
+            verdict=verdict_from_ci(g["delta_low"], g["delta_high"], "less", 0.0, MIN_EFFECT),
+            note="wall-clock measured on a shared CPU: noisy",
+        )
+    )
+    out.append(
+        Claim(
+            id="G2",
+            claim="GTT trains faster than uniform training for the same steps",
+            paper="13% faster",
+            tag="paper",
+            ours=st["wall_saving"],
+            ci_low=st["low"],
+            ci_high=st["high"],
+            null=f"counted FLOP saving per step: {st['flop_saving']:.1%}",
+            verdict=verdict_from_ci(st["low"], st["high"], "greater", 0.0),
+            note="1 − wall(GTT)/wall(uniform), measured; CI over seeds",
+        )
+    )
+    out.append(
+        Claim(
+            id="G3",
+            claim="GTT reaches the same quality at much lower cost",
+            paper="~54% cost reduction",
+            tag="paper",
+            ours=sp["saving"],
+            ci_low=sp["saving_low"],
+            ci_high=sp["saving_high"],
+            null=f"target = {sp['target']:.3f} nats (the worst run's final loss); uniform's cost to it",
+            verdict=_saving_verdict(sp["saving_low"], sp["saving_high"], 0.54),
+            note="saving = 1 − FLOPs(GTT)/FLOPs(uniform) to the target; the paper's cost model is unknown",
+        )
+    )
+    out.append(
+        Claim(
+            id="G4",
+            claim="GTT at 63% of the steps beats uniform at the full budget",
+            paper="416 vs 656 steps",
+            tag="secondary",
+            ours=g_early["nll"] - uni_final["nll"],
+            ci_low=None,
+            ci_high=None,
+            null="uniform at 100% of the steps",
+            verdict="supported" if g_early["nll"] < uni_final["nll"] else "not supported",
+            note="point estimates of mean NLL; see G1 for the CI scale",
+        )
+    )
     for arm in ("stacking", "mslt"):
         if arm in tok.index:
             a = flo_all.loc["gtt"]["delta"] - flo_all.loc[arm]["delta"]
-            out.append(Claim(
-                f"G5-{arm}", f"GTT beats {arm} at equal FLOPs", "not compared in the paper", "reconstructed",
-                a, None, None, f"{arm} ΔNLL vs uniform: {flo_all.loc[arm]['delta']:+.3f}",
-                "supported" if a < -MIN_EFFECT else ("contradicted" if a > MIN_EFFECT else "inconclusive"),
-                "difference of the two arms' ΔNLL vs uniform (nats); see the matched table for CIs"))
+            out.append(
+                Claim(
+                    id=f"G5-{arm}",
+                    claim=f"GTT beats {arm} at equal FLOPs",
+                    paper="not compared in the paper",
+                    tag="reconstructed",
+                    ours=a,
+                    ci_low=None,
+                    ci_high=None,
+                    null=f"{arm} ΔNLL vs uniform: {flo_all.loc[arm]['delta']:+.3f}",
+                    verdict="supported" if a < -MIN_EFFECT else ("contradicted" if a > MIN_EFFECT else "inconclusive"),
+                    note="difference of the two arms' ΔNLL vs uniform (nats); see the matched table for CIs",
+                )
+            )
     return out

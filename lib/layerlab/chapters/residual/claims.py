@@ -28,8 +28,13 @@ __all__ = ["IDENTITY_TOL", "RULES", "claims", "evidence", "norm_sentence", "pros
 IDENTITY_TOL = {"float32": 1e-4}
 """Tolerance of the R1 identity by parameter dtype (1e-9 for any other, i.e. float64)."""
 
-RULES = {"R2": Direction(direction="less"), "R2b": Direction(direction="less"), "R3": Direction(),
-         "R5": Direction(), "R6": Direction()}
+RULES = {
+    "R2": Direction(direction="less"),
+    "R2b": Direction(direction="less"),
+    "R3": Direction(),
+    "R5": Direction(),
+    "R6": Direction(),
+}
 """The rule of each empirical row (the null is 0 for all of them)."""
 RHO = (-1.0, 1.0)
 """Range of a per-document rank correlation (its mean's interval is clipped to it)."""
@@ -49,8 +54,7 @@ def evidence(result: ResidualResult, *, seed: int = 0) -> dict[str, Evidence]:
     if len(u.documents_random) >= 2:
         ev["R2_random"] = mean_effect(unit_trends(u.lens_recompute_random), unit=docs, seed=seed, bounds=RHO)
         ev["R2b_random"] = mean_effect(unit_trends(u.lens_frozen_random), unit=docs, seed=seed, bounds=RHO)
-        ev["R3_random"] = mean_effect(u.lens_frozen_random[:, 0] - u.lens_frozen_random[:, -1], unit=docs,
-                                      seed=seed)
+        ev["R3_random"] = mean_effect(u.lens_frozen_random[:, 0] - u.lens_frozen_random[:, -1], unit=docs, seed=seed)
         ev["R6_random"] = mean_effect(unit_trends(u.norm_random), unit=docs, seed=seed, bounds=RHO)
     return ev
 
@@ -69,28 +73,74 @@ def claims(result: ResidualResult) -> list[Claim]:
     ident = Identity(tol=tol).decide_error(r.ident_err)
     ev = evidence(r, seed=r.preset.seed)
     rows = [
-        Claim("R1", "The lens of the final residual reproduces the model's logits and loss (both lenses)",
-              "exact", "identity", r.ident_err, None, None, f"tolerance {tol:g}", ident.verdict,
-              "max |difference| over sampled positions", rule=ident.rule, reading=ident.reading),
+        Claim(
+            id="R1",
+            claim="The lens of the final residual reproduces the model's logits and loss (both lenses)",
+            paper="exact",
+            tag="identity",
+            ours=r.ident_err,
+            ci_low=None,
+            ci_high=None,
+            null=f"tolerance {tol:g}",
+            verdict=ident.verdict,
+            note="max |difference| over sampled positions",
+            rule=ident.rule,
+            reading=ident.reading,
+        ),
     ]
     spec = [
-        ("R2", "Recompute-lens loss falls with depth (mean per-document Spearman rho of depth vs loss < 0)",
-         "loss falls with depth", "rho", "nostalgebraist (2020)"),
-        ("R2b", "Frozen-lens loss falls with depth (mean per-document Spearman rho of depth vs loss < 0)",
-         "loss falls with depth", "rho", "Kamigaito et al. (2025) Eq. 1 readout"),
-        ("R3", "The blocks lower the frozen-lens loss: NLL(embedding) - NLL(final) > 0 nats per token",
-         "> 0", "drop", "frozen lens (the recompute lens at depth 0 is dominated by the tied embedding)"),
-        ("R5", "Training lowers held-out loss vs the random-init twin (nats/token, paired per document)",
-         "> 0", "", f"{r.random_windows} shared windows; random init NLL {fmt(r.nll_random.estimate)} "
-                    f"vs ln V = {fmt(math.log(r.vocab))}"),
-        ("R6", "The residual norm grows with depth (mean per-document Spearman rho of depth vs norm > 0)",
-         "grows", "rho", "pre-LN residual streams grow with depth"),
+        (
+            "R2",
+            "Recompute-lens loss falls with depth (mean per-document Spearman rho of depth vs loss < 0)",
+            "loss falls with depth",
+            "rho",
+            "nostalgebraist (2020)",
+        ),
+        (
+            "R2b",
+            "Frozen-lens loss falls with depth (mean per-document Spearman rho of depth vs loss < 0)",
+            "loss falls with depth",
+            "rho",
+            "Kamigaito et al. (2025) Eq. 1 readout",
+        ),
+        (
+            "R3",
+            "The blocks lower the frozen-lens loss: NLL(embedding) - NLL(final) > 0 nats per token",
+            "> 0",
+            "drop",
+            "frozen lens (the recompute lens at depth 0 is dominated by the tied embedding)",
+        ),
+        (
+            "R5",
+            "Training lowers held-out loss vs the random-init twin (nats/token, paired per document)",
+            "> 0",
+            "",
+            f"{r.random_windows} shared windows; random init NLL {fmt(r.nll_random.estimate)} "
+            f"vs ln V = {fmt(math.log(r.vocab))}",
+        ),
+        (
+            "R6",
+            "The residual norm grows with depth (mean per-document Spearman rho of depth vs norm > 0)",
+            "grows",
+            "rho",
+            "pre-LN residual streams grow with depth",
+        ),
     ]
     for cid, text, paper, what, note in spec:
         e = ev[cid]
         null = _control(ev, cid, what) if cid != "R5" else "paired: same windows, twin minus trained"
-        rows.append(Claim.decided(id=cid, claim=text, paper=paper, tag="reconstructed", evidence=e,
-                                  decision=RULES[cid].decide(e), null=null, note=note))
+        rows.append(
+            Claim.decided(
+                id=cid,
+                claim=text,
+                paper=paper,
+                tag="reconstructed",
+                evidence=e,
+                decision=RULES[cid].decide(e),
+                null=null,
+                note=note,
+            )
+        )
     return rows
 
 
@@ -98,11 +148,15 @@ def norm_sentence(rows: list[Claim]) -> str:
     """The sentence the norm section closes with, chosen by R6's verdict (never typed as a conclusion)."""
     r6 = next(c for c in rows if c.id == "R6")
     if r6.verdict == "supported":
-        return ("Because the residual grows with depth (claim R6, supported over documents), an early "
-                "residual is short next to the final one: the two lenses disagree most there, and the size "
-                "of a block's output alone does not say how much the block matters.")
-    return (f"Whether the residual grows with depth is not settled at this profile (claim R6: {r6.verdict}, "
-            f"n = {r6.n} {r6.unit}), so nothing here is read into the size of a block's output.")
+        return (
+            "Because the residual grows with depth (claim R6, supported over documents), an early "
+            "residual is short next to the final one: the two lenses disagree most there, and the size "
+            "of a block's output alone does not say how much the block matters."
+        )
+    return (
+        f"Whether the residual grows with depth is not settled at this profile (claim R6: {r6.verdict}, "
+        f"n = {r6.n} {r6.unit}), so nothing here is read into the size of a block's output."
+    )
 
 
 def prose(result: ResidualResult, rows: list[Claim]) -> dict[str, object]:
