@@ -1,82 +1,118 @@
-"""Claim rows of the atlas: one agreement verdict per lens pair, and the family-level question.
+"""Claim rows of the atlas: whether lenses agree, whether agreement is learned or architectural, and
+whether the agreements hold on other models.
 
 The atlas is the book's own question (issue 18): do "important by ablation", "coupled", "diverse" and
 "predictable" pick the same layers? Each pair is a Spearman correlation over layers with a permutation
 p-value; the verdicts use Holm-adjusted one-sided p over all pairs (``report.inference.holm``): supported =
-they agree (ρ > 0), contradicted = opposite order (ρ < 0), inconclusive otherwise. The family row uses
-``report.verdicts.decide_family`` (some pair agrees).
+they agree (ρ > 0), contradicted = opposite order (ρ < 0), inconclusive otherwise. The summary rows use
+``report.verdicts.decide_family`` (some pair agrees; some agreement is learned, i.e. differs between trained
+family members and their random-init twins, paired over members; some agreement is architectural, i.e.
+already present in the twins). :func:`pair_claims` gives one row per lens pair.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from layerlab.chapters.atlas.family import FamilyAtlas
 from layerlab.chapters.atlas.run import AtlasResult
 from layerlab.report.claims import Claim
 from layerlab.report.inference import Evidence
-from layerlab.report.verdicts import Direction, decide_family
+from layerlab.report.verdicts import Direction, decide_family, missing
 
-__all__ = ["claims", "summary"]
+__all__ = ["claims", "pair_claims", "summary"]
 
 VERDICT = {"agree": "supported", "opposite": "contradicted", "no evidence": "inconclusive"}
 
 
-def claims(result: AtlasResult) -> list[Claim]:
-    """The family row ``AG`` first, then one row ``AG<i>`` per lens pair (in the agreement table's order)."""
+def _pair_evidence(ag, unit: str = "layers") -> list[Evidence]:
+    return [Evidence(estimate=r.rho, low=None, high=None, p_greater=r.p_greater, p_less=r.p_less, unit=unit,
+                     n=int(r.n), method="permutation test over layers") for r in ag.itertuples() if r.rho == r.rho]
+
+
+def _agree_row(cid: str, result: AtlasResult, what: str) -> Claim:
+    ag = result.agreement
+    evs = _pair_evidence(ag)
+    text = f"Some pair of lenses picks the same layers of {what} (Spearman over layers)"
+    if not evs:
+        return missing(id=cid, claim=text, paper="—", tag="reconstructed",
+                       reason="no lens pair is defined on the measured layers")
+    d = decide_family(Direction(), evs, family="any")
+    best = ag.loc[ag.rho.idxmax()]
+    return Claim(id=cid, claim=text, paper="—", tag="reconstructed", ours=float(best.rho), ci_low=None,
+                 ci_high=None, null=f"permutation null per pair; Holm over {len(evs)} pairs", verdict=d.verdict,
+                 note=f"largest ρ: {best.a} vs {best.b}", unit="layers", n=int(best.n), rule=d.rule,
+                 reading=d.reading)
+
+
+def _family_row(cid: str, fa: FamilyAtlas, *, learned: bool) -> Claim:
+    p = fa.pairs[fa.pairs.n >= 2]
+    text = ("Some agreement between lenses is learned: trained members differ from their random-init twins"
+            if learned else "Some agreement between lenses is architectural: random-init twins already show it")
+    if p.empty:
+        return missing(id=cid, claim=text, paper="—", tag="reconstructed",
+                       reason="fewer than 2 family members define a lens pair")
+    if learned:  # two-sided: stronger or weaker after training
+        evs = [Evidence(estimate=r.diff, low=r.low, high=r.high, p_greater=min(1.0, 2 * min(r.p_diff_greater,
+                        r.p_diff_less)), p_less=1.0, unit="members", n=int(r.n), method="sign-flip, two-sided")
+               for r in p.itertuples()]
+        best = p.loc[p["diff"].abs().idxmax()]
+        ours, lo, hi, note = float(best["diff"]), float(best.low), float(best.high), f"{best.a} vs {best.b}"
+    else:
+        evs = [Evidence(estimate=r.rho_init, low=None, high=None, p_greater=min(1.0, 2 * min(r.p_init_greater,
+                        r.p_init_less)), p_less=1.0, unit="members", n=int(r.n), method="sign-flip, two-sided")
+               for r in p.itertuples()]
+        best = p.loc[p.rho_init.abs().idxmax()]
+        ours, lo, hi, note = float(best.rho_init), None, None, f"{best.a} vs {best.b}"
+    d = decide_family(Direction(), evs, family="any")
+    verdict = "inconclusive" if d.verdict == "contradicted" else d.verdict  # two-sided: no opposite side
+    null = ("paired: ρ(trained) - ρ(twin) = 0 per member" if learned else "mean twin ρ = 0")
+    return Claim(id=cid, claim=text, paper="—", tag="reconstructed", ours=ours, ci_low=lo, ci_high=hi,
+                 null=f"{null}; Holm over {len(evs)} pairs", verdict=verdict, note=f"largest: {note}",
+                 unit="members", n=int(best.n), rule=d.rule, reading=d.reading)
+
+
+def claims(result: AtlasResult, family: FamilyAtlas | None = None,
+           others: Sequence[AtlasResult] = ()) -> list[Claim]:
+    """The summary rows: ``AG`` (some pair of lenses agrees on the model), ``AF`` (some agreement is learned)
+    and ``AA`` (some is architectural) on the trained family, and ``AX-<i>`` (AG on each other model of the
+    gpu profile; one inconclusive row when none was run)."""
+    rows = [_agree_row("AG", result, result.numbers.get("model", result.preset.model))]
+    if family is None:
+        for cid, learned in (("AF", True), ("AA", False)):
+            rows.append(missing(id=cid, claim=f"Some agreement between lenses is "
+                                f"{'learned' if learned else 'architectural'} (trained family vs twins)",
+                                paper="—", tag="reconstructed", reason="the family section was not run"))
+    else:
+        rows += [_family_row("AF", family, learned=True), _family_row("AA", family, learned=False)]
+    if not others:
+        rows.append(missing(id="AX", claim="The lens agreements hold on other models (Pythia-160M/410M, "
+                            "Llama-3.2-1B)", paper="—", tag="reconstructed",
+                            reason="those models run at the gpu profile only"))
+    for i, o in enumerate(others, start=1):
+        rows.append(_agree_row(f"AX{i}", o, o.numbers.get("model", o.preset.model)))
+    return rows
+
+
+def pair_claims(result: AtlasResult) -> list[Claim]:
+    """One row ``AG<i>`` per lens pair (in the agreement table's order)."""
     ag = result.agreement
     m = len(ag)
     rows = []
-    evs = [
-        Evidence(
-            estimate=r.rho,
-            low=None,
-            high=None,
-            p_greater=r.p_greater,
-            p_less=r.p_less,
-            unit="layers",
-            n=int(r.n),
-            method="permutation test over layers",
-        )
-        for r in ag.itertuples()
-        if r.rho == r.rho
-    ]
-    if evs:
-        d = decide_family(Direction(), evs, family="any")
-        rows.append(
-            Claim(
-                id="AG",
-                claim="Some pair of lenses picks the same layers (Spearman over layers)",
-                paper="—",
-                tag="reconstructed",
-                ours=float(ag.rho.max()),
-                ci_low=None,
-                ci_high=None,
-                null=f"permutation null per pair; Holm over {len(evs)} pairs",
-                verdict=d.verdict,
-                note=d.reading,
-            )
-        )
     for i, r in enumerate(ag.itertuples(), start=1):
         ok = r.rho == r.rho
         ci = (float(r.low), float(r.high)) if ok and r.low == r.low else (None, None)
-        rows.append(
-            Claim(
-                id=f"AG{i}",
-                claim=f"{r.a} and {r.b} pick the same layers",
-                paper="—",
-                tag="reconstructed",
-                ours=float(r.rho) if ok else None,
-                ci_low=ci[0],
-                ci_high=ci[1],
-                null=f"permutation over {r.n} layers; Holm over {m} pairs",
-                verdict=VERDICT[r.verdict] if ok else "inconclusive",
-                note=r.sentence,
-            )
-        )
+        rows.append(Claim(id=f"AG{i}", claim=f"{r.a} and {r.b} pick the same layers", paper="—",
+                          tag="reconstructed", ours=float(r.rho) if ok else None, ci_low=ci[0], ci_high=ci[1],
+                          null=f"permutation over {r.n} layers; Holm over {m} pairs",
+                          verdict=VERDICT[r.verdict] if ok else "inconclusive", note=r.sentence,
+                          unit="layers", n=int(r.n)))
     return rows
 
 
 def summary(rows: list[Claim]) -> dict[str, int]:
-    """Counts the prose glues: pairs, agreeing pairs, opposite pairs."""
-    pairs = [c for c in rows if c.id != "AG"]
+    """Counts the prose glues from :func:`pair_claims` rows: pairs, agreeing pairs, opposite pairs."""
+    pairs = [c for c in rows if c.id.startswith("AG") and c.id != "AG"]
     return {
         "n_claims": len(pairs),
         "n_supported": sum(c.verdict == "supported" for c in pairs),

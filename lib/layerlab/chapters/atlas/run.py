@@ -75,11 +75,36 @@ class AtlasResult:
         return m
 
 
+FAMILY_PREFIXES = ("family:", "family-init:")
+"""``family:<member>`` is a trained member of the book's family (of the preset's profile);
+``family-init:<member>`` its random-init twin (the same architecture and seed before any update)."""
+
+
+def family_member(P: AtlasPreset):
+    """The :class:`~layerlab.training.family.FamilyMember` named by ``P.model`` (``family:<name>``); an
+    untrained family or an unknown name fails with one message naming the fix or the members."""
+    from layerlab.training.family import get_family
+
+    name = P.model.split(":", 1)[1]
+    try:
+        fam = get_family(P.profile, train_missing=False)
+    except FileNotFoundError as e:
+        raise ValueError(f"{e} (or run `python -m layerlab family {P.profile}`)") from None
+    hit = [m for m in fam if m.name == name]
+    if not hit:
+        raise ValueError(f"no member {name!r} in the {P.profile} family; members: {', '.join(m.name for m in fam)}")
+    return hit[0]
+
+
 def load(P: AtlasPreset):
-    """(model, tokenizer) of the preset on its device and dtype (tiny-* models get ``tiny_layers`` blocks)."""
+    """(model, tokenizer) of the preset on its device and dtype (tiny-* models get ``tiny_layers`` blocks;
+    ``family:``/``family-init:`` names load a member of the trained family or its random-init twin)."""
     from layerlab.core.models import byte_tokenizer, load_model, tiny_model
 
-    if P.model.startswith("tiny-") and P.tiny_layers:
+    if P.model.startswith(FAMILY_PREFIXES):
+        m = family_member(P)
+        model, tok = m.load(random_init=P.model.startswith("family-init:"), dtype=P.torch_dtype)
+    elif P.model.startswith("tiny-") and P.tiny_layers:
         model, tok = tiny_model(P.model[5:], seed=P.seed, dtype=P.torch_dtype,
                                 num_hidden_layers=P.tiny_layers), byte_tokenizer()
     else:
@@ -104,11 +129,19 @@ def check_tokens(P: AtlasPreset) -> None:
                          f"tokens (one window of {P.window} ids)")
 
 
+def _family_key(P: AtlasPreset) -> dict:
+    """What identifies a family member's weights: its training record (the family cache entry)."""
+    if not P.model.startswith(FAMILY_PREFIXES):
+        return {}
+    m = family_member(P)
+    return {"family_entry": str(m.run_dir.parent.name), "member": m.name, "steps": m.steps}
+
+
 def run(preset: AtlasPreset, *, progress: bool | None = None) -> AtlasResult:
     """The atlas for ``preset`` (cached whole; the measured pieces are cached one by one).
     ``progress``: tqdm bars (None: only on a terminal)."""
     check_tokens(preset)
-    key = {"preset": dataclasses.asdict(preset), "data": data_fingerprint()}
+    key = {"preset": dataclasses.asdict(preset), "data": data_fingerprint(), **_family_key(preset)}
     return cached("atlas-result", key, lambda: _compute(preset, progress), sources=["layerlab.core.models"])
 
 
@@ -123,7 +156,8 @@ def _bar(it, total: int, desc: str, progress: bool | None):
 
 
 def _piece(kind: str, P: AtlasPreset, extra: dict, compute: Callable[[], dict]) -> dict:
-    key = {"measure": {f: getattr(P, f) for f in MEASURE_FIELDS}, "data": data_fingerprint(), **extra}
+    key = {"measure": {f: getattr(P, f) for f in MEASURE_FIELDS}, "data": data_fingerprint(), **_family_key(P),
+           **extra}
     return cached(kind, key, compute, sources=["layerlab.core.models"])
 
 
@@ -185,7 +219,9 @@ def _compute(P: AtlasPreset, progress: bool | None) -> AtlasResult:
     agree = an.agreement(w, n_boot=P.n_boot, n_perm=P.n_perm, seed=P.seed)
     tiers = an.tiers(w, P.n_tiers)
     numbers = _numbers(P, L, layers, windows, w, agree, tiers)
-    prov = provenance("atlas", P, model=P.model, tokens=windows.fingerprint(), seed=P.seed)
+    from layerlab.core.models import model_label
+
+    prov = provenance("atlas", P, model=model_label(P.model), tokens=windows.fingerprint(), seed=P.seed)
     return AtlasResult(provenance=prov, preset=P, n_layers=L, layers=layers, table=table, agreement=agree,
                        tiers=tiers, numbers=numbers)
 
@@ -212,7 +248,9 @@ def _numbers(P: AtlasPreset, L: int, layers: list[int], windows: TokenWindows, w
                                               f"{_rank(w, others[0], t)} by {others[0]} and "
                                               f"{_rank(w, others[1], t)} by {others[1]}.")
     tier_of = tiers.set_index("layer").tier
-    return {"model": P.model, "L": L, "n_measured": len(layers), "n_tokens": int(windows.n_tokens),
+    from layerlab.core.models import model_label
+
+    return {"model": model_label(P.model), "L": L, "n_measured": len(layers), "n_tokens": int(windows.n_tokens),
             "n_windows": len(windows), "n_docs": len(set(windows.doc_ids)), "n_lenses": w.shape[1],
             "n_pairs": len(agree), "n_agree": int((agree.verdict == "agree").sum()),
             "n_opposite": int((agree.verdict == "opposite").sum()),

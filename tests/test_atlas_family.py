@@ -1,0 +1,56 @@
+"""The atlas on the trained family: the learned-vs-architectural rule on synthetic per-member correlations,
+and the family section end to end on the smoke family (every member and its twin get an atlas)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from layerlab.chapters import atlas
+from layerlab.chapters.atlas.family import compare, run_family
+
+
+def _results(rhos: np.ndarray) -> list:
+    """Stand-ins for AtlasResults: only ``agreement`` (a, b, rho) is read by ``compare``."""
+    pairs = [("skip", "coupling"), ("skip", "mlp_div"), ("coupling", "mlp_div")]
+    return [SimpleNamespace(agreement=pd.DataFrame({"a": [p[0] for p in pairs], "b": [p[1] for p in pairs],
+                                                    "rho": row})) for row in rhos]
+
+
+def test_compare_labels_learned_architectural_and_undecided():
+    rng = np.random.default_rng(0)
+    m = 14
+    trained = np.stack([0.8 + 0.05 * rng.normal(size=m),  # learned: twins near 0
+                        0.6 + 0.05 * rng.normal(size=m),  # architectural: twins agree as much
+                        0.1 * rng.normal(size=m)], axis=1)  # nothing anywhere
+    init = np.stack([0.05 * rng.normal(size=m), 0.6 + 0.05 * rng.normal(size=m), 0.1 * rng.normal(size=m)], axis=1)
+    df = compare(_results(trained), _results(init)).set_index(["a", "b"])
+    assert df.loc[("skip", "coupling"), "label"] == "learned: strengthened"
+    assert df.loc[("skip", "mlp_div"), "label"] == "architectural"
+    assert df.loc[("coupling", "mlp_div"), "label"] == "undecided"
+    assert (df.n == m).all() and "agree more" in df.loc[("skip", "coupling"), "sentence"]
+    # the opposite effect is "weakened", not "strengthened"
+    flipped = compare(_results(init), _results(trained)).set_index(["a", "b"])
+    assert flipped.loc[("skip", "coupling"), "label"] == "learned: weakened"
+    # too few members: nothing can be decided (the smallest sign-flip p is 2^-n)
+    few = compare(_results(trained[:3]), _results(init[:3]))
+    assert set(few.label) == {"undecided"}
+    with pytest.raises(ValueError, match="one twin per trained member"):
+        compare(_results(trained), _results(init[:2]))
+
+
+def test_family_section_runs_on_the_smoke_family():
+    P = atlas.preset("smoke")
+    fa = run_family(P, min_depth=2)
+    assert len(fa.trained) == len(fa.init) == len(fa.members) >= 2
+    assert all(r.provenance.model.startswith("family:") for r in fa.trained)
+    assert all(r.provenance.model.startswith("family-init:") for r in fa.init)
+    # a twin is a different model from its trained member: some lens differs
+    assert not fa.trained[0].table.estimate.equals(fa.init[0].table.estimate)
+    assert set(fa.pairs.label) <= {"learned: strengthened", "learned: weakened", "architectural", "undecided"}
+    assert fa.numbers["n_members"] == len(fa.members) and fa.numbers["n_pairs"] == len(fa.pairs)
+    with pytest.raises(ValueError, match="no member"):
+        atlas.run(atlas.preset("smoke", model="family:no-such-member"))
