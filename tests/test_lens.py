@@ -98,8 +98,9 @@ def test_analyze_identities_and_definitions(windows, tmp_path, monkeypatch):
 
 def test_presets_and_errors(windows):
     assert residual.preset("smoke").model.startswith("tiny-")
-    assert residual.preset("cpu").model == "smollm2-135m" and residual.PRESETS["cpu"].eval_tokens >= 16_000
-    assert residual.PRESETS["gpu"].eval_tokens >= 1_000_000 and residual.PRESETS["gpu"].device == "cuda"
+    assert residual.preset("cpu").model == "smollm2-135m" and residual.PRESETS["cpu"].windows_per_doc >= 2
+    gpu = residual.PRESETS["gpu"]
+    assert gpu.windows_per_doc * (gpu.window - 1) * 13 >= 1_000_000 and gpu.device == "cuda"
     assert residual.preset("cpu", seed=3).seed == 3 and residual.PRESETS["cpu"].seed == 0
     with pytest.raises(ValueError, match="profile"):
         residual.preset("laptop")
@@ -107,7 +108,7 @@ def test_presets_and_errors(windows):
     with pytest.raises(ValueError, match="lens_positions"):
         lens.analyse(model, windows, lens_positions=0)
     res = lens.analyse(model, windows, lens_positions=2, n_boot=50)
-    with pytest.raises(ValueError, match="eval_tokens"):
+    with pytest.raises(ValueError, match="windows_per_doc"):
         lens.subset_perplexity(res, windows, "no/such-doc")
 
 

@@ -221,7 +221,7 @@ def subset_perplexity(result: LensResult, windows: TokenWindows, doc_id: str, *,
     """Perplexity restricted to the windows of one document (e.g. the Britannica sanity check)."""
     mask = np.array([d == doc_id for d in windows.doc_ids])
     if mask.sum() < 2:
-        raise ValueError(f"fewer than 2 windows of {doc_id!r} among the evaluated windows; raise eval_tokens")
+        raise ValueError(f"fewer than 2 windows of {doc_id!r} among the evaluated windows; raise windows_per_doc")
     p = result.perplexity
     return summarise(p.window_nll[mask], p.window_bytes[mask], windows.n_scored, n_boot=n_boot, seed=seed,
                      protocol={**windows.protocol, "document": doc_id})

@@ -154,7 +154,8 @@ def run(preset: ResidualPreset) -> ResidualResult:
     with hub.release(P.model):
         model, tok = models.load_model(P.model, dtype=P.torch_dtype)
         model = model.to(P.device)
-        windows = corpora.token_windows(tok, "test", window=P.window, max_tokens=P.eval_tokens, seed=P.seed)
+        windows = corpora.token_windows(tok, "test", window=P.window, per_document=P.windows_per_doc, seed=P.seed,
+                                        sources=P.sources)
         key = {"preset": dataclasses.asdict(P), "windows": windows.fingerprint()}
         return cached("residual", key, lambda: _compute(P, model, windows))
 
@@ -162,7 +163,7 @@ def run(preset: ResidualPreset) -> ResidualResult:
 def _compute(P: ResidualPreset, model: nn.Module, windows: TokenWindows) -> ResidualResult:
     seed, n_boot = P.seed, P.n_boot
     n_layers, vocab = model.config.num_hidden_layers, model.config.vocab_size
-    docs = corpora.corpus("test")
+    docs = corpora.corpus("test", sources=P.sources)
     overview = pd.Series({"model": P.model, "layers": n_layers, "vocabulary": vocab, "window": P.window,
                           "windows": len(windows), "scored tokens": windows.n_tokens,
                           "documents in the test split": len(docs)})
@@ -191,9 +192,10 @@ def _compute(P: ResidualPreset, model: nn.Module, windows: TokenWindows) -> Resi
         "easiest_doc": easiest, "easiest_ppl": per_doc.loc[easiest, "perplexity"],
     })
 
-    # the random-init twin on an evenly spaced subset of the same windows; paired loss gap per token
-    rand_idx = np.unique(np.linspace(0, len(windows) - 1, max(2, P.random_tokens // windows.n_scored))
-                         .round().astype(int))
+    # the random-init twin on the first random_windows_per_doc windows of every document (paired per token)
+    doc_arr = np.asarray(windows.doc_ids)
+    rand_idx = np.sort(np.concatenate([np.flatnonzero(doc_arr == d)[:P.random_windows_per_doc]
+                                       for d in dict.fromkeys(windows.doc_ids)]))
     rand_windows = windows.subset(rand_idx)
     model_r, _ = models.load_model(P.model, random_init=True, seed=seed + 1, dtype=P.torch_dtype)
     model_r = model_r.to(P.device)
