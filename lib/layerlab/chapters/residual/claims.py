@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from layerlab.chapters.residual.run import ResidualResult
-from layerlab.report.claims import Claim, fmt
+from layerlab.report.claims import Claim, fmt, key_findings, what_would_change
 from layerlab.report.inference import Evidence, mean_effect, unit_trends
 from layerlab.report.verdicts import Direction, Identity
 
@@ -172,5 +172,7 @@ def prose(result: ResidualResult, rows: list[Claim]) -> dict[str, object]:
         r = ev.get(f"{key}_random")
         out[f"{name}_r"] = r.estimate if r is not None else float("nan")
     out["norm_sentence"] = Markdown(norm_sentence(rows))
+    out["residual_key_findings"] = Markdown(key_findings(rows))
+    out["residual_change_mind"] = Markdown(what_would_change(rows))
     out.update({f"reading_{c.id}": Markdown(c.reading) for c in rows})
     return out
