@@ -240,3 +240,24 @@ def test_claims_follow_synthetic_units(smoke_runs, n_docs, effect, expected):
         assert by[cid].n == n_docs
     if n_docs == 3:
         assert "smallest attainable p" in by["R5"].reading
+
+
+def test_generated_sentences_follow_the_verdicts(smoke_runs):
+    from layerlab.chapters.residual.claims import gap_sentence, growth_sentence, norm_sentence
+
+    r, _ = smoke_runs
+    rows = residual.claims(r)
+
+    def with_verdict(cid, verdict):
+        return [dataclasses.replace(c, verdict=verdict) if c.id == cid else c for c in rows]
+
+    assert "training lowers the loss" in gap_sentence(r, with_verdict("R5", "supported"))
+    assert "worse" in gap_sentence(r, with_verdict("R5", "contradicted"))
+    assert "not settled" in gap_sentence(r, with_verdict("R5", "inconclusive"))
+    assert "grows with depth" in growth_sentence(r, with_verdict("R6", "supported"))
+    assert "shrinks" in growth_sentence(r, with_verdict("R6", "contradicted"))
+    assert "not settled" in growth_sentence(r, with_verdict("R6", "inconclusive"))
+    assert "grows with depth" in norm_sentence(with_verdict("R6", "supported"))
+    assert "not settled" in norm_sentence(with_verdict("R6", "inconclusive"))
+    # the numbers in the sentence are the result's
+    assert f"{r.gap.estimate:.3g}" in gap_sentence(r, rows)
