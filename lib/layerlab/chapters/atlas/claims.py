@@ -20,7 +20,7 @@ from layerlab.report.claims import Claim
 from layerlab.report.inference import Evidence
 from layerlab.report.verdicts import Direction, decide_family, missing
 
-__all__ = ["claims", "pair_claims", "summary"]
+__all__ = ["claims", "family_sentence", "others_sentence", "pair_claims", "prose", "summary"]
 
 VERDICT = {"agree": "supported", "opposite": "contradicted", "no evidence": "inconclusive"}
 
@@ -118,3 +118,38 @@ def summary(rows: list[Claim]) -> dict[str, int]:
         "n_supported": sum(c.verdict == "supported" for c in pairs),
         "n_contradicted": sum(c.verdict == "contradicted" for c in pairs),
     }
+
+
+def family_sentence(fa: FamilyAtlas | None) -> str:
+    """The family section's summary, from the labels of :func:`~layerlab.chapters.atlas.family.compare`."""
+    if fa is None:
+        return "The family section was not run."
+    n = fa.numbers
+    parts = [f"{n['learned_strengthened']} strengthened by training", f"{n['learned_weakened']} weakened by it",
+             f"{n['architectural']} already present in the random-init twins (architectural)",
+             f"{n['undecided']} undecided"]
+    return (f"Over {n['n_members']} trained members (depths {n['depths']}) and their twins, of the {n['n_pairs']} "
+            f"lens pairs {', '.join(parts[:-1])} and {parts[-1]}.")
+
+
+def others_sentence(others: Sequence[AtlasResult], profile: str) -> str:
+    """The cross-model section's summary: how many lens pairs agree on each further model."""
+    if not others:
+        return (f"At the {profile} profile no further model is run; the gpu profile adds Pythia-160M, "
+                "Pythia-410M and Llama-3.2-1B from the hub.")
+    return "; ".join(f"{o.numbers['model']}: {o.numbers['n_agree']} of {o.numbers['n_pairs']} lens pairs agree and "
+                     f"{o.numbers['n_opposite']} are opposite" for o in others) + "."
+
+
+def prose(result: AtlasResult, rows: list[Claim], family: FamilyAtlas | None = None,
+          others: Sequence[AtlasResult] = ()) -> dict[str, object]:
+    """The generated Markdown the page glues (prefix-free names): key findings, the family and cross-model
+    summaries, and what would change our mind."""
+    from IPython.display import Markdown
+
+    from layerlab.report.claims import key_findings, what_would_change
+
+    return {"atlas_key_findings": Markdown(key_findings(rows)),
+            "atlas_change_mind": Markdown(what_would_change(rows)),
+            "atlas_family_sentence": Markdown(family_sentence(family)),
+            "atlas_others_sentence": Markdown(others_sentence(others, result.preset.profile))}

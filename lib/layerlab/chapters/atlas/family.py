@@ -30,7 +30,7 @@ from layerlab.chapters.atlas.presets import AtlasPreset
 from layerlab.chapters.atlas.run import AtlasResult, run
 from layerlab.report.inference import holm, mean_effect, paired_difference
 
-__all__ = ["FamilyAtlas", "compare", "family_members", "run_family"]
+__all__ = ["FamilyAtlas", "compare", "family_members", "run_family", "run_models"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,3 +142,10 @@ def run_family(P: AtlasPreset, *, min_depth: int = 4, progress: bool | None = No
                **{k.replace(": ", "_").replace(" ", "_"): int(counts.get(k, 0)) for k in
                   ("learned: strengthened", "learned: weakened", "architectural", "undecided")}}
     return FamilyAtlas(members=table, trained=trained, init=init, pairs=pairs, numbers=numbers)
+
+
+def run_models(P: AtlasPreset, *, progress: bool | None = None) -> list[AtlasResult]:
+    """The atlas of every model in ``P.extra_models`` with the preset's settings (empty unless the profile
+    names some: the gpu profile runs Pythia-160M, Pythia-410M and Llama-3.2-1B from the hub)."""
+    return [run(dataclasses.replace(P, model=m, layers=None, tiny_layers=None), progress=progress)
+            for m in P.extra_models]

@@ -159,7 +159,8 @@ def jacobian_piece(model: nn.Module, ids: Tensor, token: int, layers: Sequence[i
 def weight_piece(model: nn.Module, components: Sequence[str] = predictability.READERS) -> dict[str, Tensor]:
     """Per layer: the consecutive-delta correlation centred on it (corr(Δ_{l−1}, Δ_l), NaN at the ends) and
     the held-out lag-1 R² of its innovation (P1 fitted on every other layer), each averaged over
-    ``components`` [L]."""
+    ``components`` [L]. With fewer than 3 layers no layer has a lag-1 neighbour to train on besides
+    itself, so the R² stays NaN (as do the delta correlations, which need two deltas)."""
     L = view(model).n_layers
     delta = torch.full((len(components), L), float("nan"), dtype=torch.float64)
     r2 = delta.clone()
@@ -169,7 +170,7 @@ def weight_piece(model: nn.Module, components: Sequence[str] = predictability.RE
             delta[c, 1:L - 1] = weights.delta_correlations(stack)
         g = predictability.gram(stack)
         del stack
-        for layer in range(1, L):
+        for layer in range(1, L if L >= 3 else 1):
             train = [j for j in range(L) if j != layer]
             r2[c, layer] = predictability.gram_r2(predictability.innovation_gram(g, train), "P1", train, [layer])
     return {"delta_corr": delta.mean(0), "weight_r2": r2.mean(0)}

@@ -11,7 +11,10 @@ from matplotlib.figure import Figure
 from layerlab.chapters.atlas.run import AtlasResult
 from layerlab.report.plots import use_style
 
-__all__ = ["fig_agreement", "fig_heatmap", "use_style"]
+__all__ = ["fig_agreement", "fig_family", "fig_heatmap", "use_style"]
+
+LABEL_COLOURS = {"learned: strengthened": "#2a7ab0", "learned: weakened": "#c0504d", "architectural": "#e69f00",
+                 "undecided": "#9a9a9a"}
 
 
 def fig_heatmap(r: AtlasResult) -> Figure:
@@ -19,17 +22,17 @@ def fig_heatmap(r: AtlasResult) -> Figure:
     the tier of each layer on top."""
     w = r.wide()
     z = w.rank(pct=True).to_numpy().T  # [lenses, layers]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.28 * len(w) + 3), 0.32 * w.shape[1] + 1.6))
+    fig, ax = plt.subplots(figsize=(7.2, 0.3 * w.shape[1] + 1.8))  # the text column is ~7.3 in wide
     im = ax.imshow(np.ma.masked_invalid(z), aspect="auto", cmap="viridis", vmin=0, vmax=1)
-    ax.set_yticks(range(w.shape[1]), w.columns, fontsize=8)
-    ax.set_xticks(range(len(w)), [str(x) for x in w.index], fontsize=7)
+    ax.set_yticks(range(w.shape[1]), w.columns, fontsize=9)
+    ax.set_xticks(range(len(w)), [str(x) for x in w.index], fontsize=9)
     ax.set_xlabel("layer (0-based)")
     tiers = r.tiers.set_index("layer").tier.reindex(w.index)
     top = ax.secondary_xaxis("top")
-    top.set_xticks(range(len(w)), [str(t) for t in tiers], fontsize=7)
+    top.set_xticks(range(len(w)), [str(t) for t in tiers], fontsize=9)
     top.set_xlabel("tier")
     fig.colorbar(im, ax=ax, label="rank over layers (per lens)")
-    ax.set_title(f"Layer atlas of {r.preset.model}", fontsize=10)
+    ax.set_title(f"Layer atlas of {r.numbers.get('model', r.preset.model)}", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -37,15 +40,36 @@ def fig_heatmap(r: AtlasResult) -> Figure:
 def fig_agreement(r: AtlasResult) -> Figure:
     """Spearman ρ between every pair of lenses over the layers; '*' marks pairs significant after Holm."""
     m = r.matrix()
-    fig, ax = plt.subplots(figsize=(0.38 * len(m) + 2.5, 0.38 * len(m) + 1.5))
+    fig, ax = plt.subplots(figsize=(min(7.2, 0.36 * len(m) + 2.5), min(7.0, 0.36 * len(m) + 1.8)))
     im = ax.imshow(m.to_numpy(dtype=float), cmap="RdBu_r", vmin=-1, vmax=1)
-    ax.set_xticks(range(len(m)), m.columns, rotation=90, fontsize=7)
-    ax.set_yticks(range(len(m)), m.index, fontsize=7)
+    ax.set_xticks(range(len(m)), m.columns, rotation=90, fontsize=9)
+    ax.set_yticks(range(len(m)), m.index, fontsize=9)
     pos = {n: i for i, n in enumerate(m.index)}
     for row in r.agreement.itertuples():
         if row.verdict != "no evidence":
             for i, j in ((pos[row.a], pos[row.b]), (pos[row.b], pos[row.a])):
-                ax.text(j, i, "*", ha="center", va="center", fontsize=8)
+                ax.text(j, i, "*", ha="center", va="center", fontsize=9)
     fig.colorbar(im, ax=ax, label="Spearman ρ over layers")
+    fig.tight_layout()
+    return fig
+
+
+def fig_family(fa) -> Figure:
+    """One point per lens pair: mean Spearman ρ over the random-init twins (x) and over the trained members
+    (y), with the paired 95% interval of the difference as a vertical bar; colour: the pair's label."""
+    p = fa.pairs[fa.pairs.n >= 2]
+    fig, ax = plt.subplots(figsize=(5.6, 5.0))
+    ax.plot([-1, 1], [-1, 1], color="0.6", lw=1, ls="--", zorder=0)
+    for label, colour in LABEL_COLOURS.items():
+        q = p[p.label == label]
+        if q.empty:
+            continue
+        ax.errorbar(q.rho_init, q.rho_trained, yerr=[q["diff"] - q.low, q.high - q["diff"]], fmt="o", ms=5,
+                    color=colour, ecolor=colour, elinewidth=0.8, alpha=0.9, label=f"{label} ({len(q)})")
+    ax.set_xlim(-1.05, 1.05)
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_xlabel(r"mean $\rho$ over layers, random-init twins", fontsize=10)
+    ax.set_ylabel(r"mean $\rho$ over layers, trained members", fontsize=10)
+    ax.legend(fontsize=9, loc="lower right", frameon=False)
     fig.tight_layout()
     return fig
