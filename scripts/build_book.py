@@ -439,17 +439,35 @@ def uses_family(name: str) -> bool:
     return bool(pkg.USES_FAMILY)
 
 
-def train_family(profile: str, *, log: Log | None = None, estimate: str = "") -> float:
+def _members_done(profile: str, since: float) -> int:
+    """Family members whose ``result.json`` was written after ``since`` (the trainer writes one per
+    member when it finishes), under ``<cache>/family/<profile>-*/``."""
+    from layerlab.core.cache import cache_dir
+
+    found = (cache_dir() / "family").glob(f"{profile}-*/*/result.json")
+    return sum(1 for f in found if f.stat().st_mtime >= since)
+
+
+def train_family(profile: str, *, log: Log | None = None, estimate: str = "", every: float = 60.0) -> float:
     """Train (or load) the shared model family before the chapters that use it, in its own process
-    (parallel single-threaded workers), so its cost is logged once and not billed to one chapter."""
+    (parallel single-threaded workers), so its cost is logged once and not billed to one chapter.
+    While it trains, a line every ``every`` seconds says how many members have finished."""
     log = log or Progress()
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
     log(f"family: training or loading the {profile} model family{estimate} ...")
-    proc = subprocess.run([sys.executable, "-m", "layerlab", "family", profile], capture_output=True, text=True)
+    with subprocess.Popen([sys.executable, "-m", "layerlab", "family", profile], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        while True:
+            try:
+                stdout, stderr = proc.communicate(timeout=every)
+                break
+            except subprocess.TimeoutExpired:
+                log(f"family: {_members_done(profile, wall0)} member(s) trained so far, "
+                    f"{_seconds(time.perf_counter() - t0)} in")
     if proc.returncode != 0:
-        raise BuildError(f"training the {profile} model family failed:\n{proc.stderr[-3000:]}")
+        raise BuildError(f"training the {profile} model family failed:\n{stderr[-3000:]}")
     seconds = time.perf_counter() - t0
-    last = proc.stdout.strip().splitlines()[-1:] or [""]
+    last = stdout.strip().splitlines()[-1:] or [""]
     log(f"family: ready in {_seconds(seconds)} ({last[0]})")
     return seconds
 
