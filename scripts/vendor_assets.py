@@ -59,7 +59,10 @@ def ensure_mathjax(dest: Path = MATHJAX_DIR, *, log=print) -> Path:
             raise AssetError(f"`npm pack mathjax@{MATHJAX_VERSION}` failed (is the npm registry "
                              f"reachable?): {' '.join(err)}")
         with tarfile.open(tarballs[0]) as tar:
-            tar.extractall(tmp, filter="data")
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: refuse unsafe members
+                tar.extractall(tmp, filter="data")
+            else:
+                tar.extractall(tmp)  # noqa: S202 - the npm registry's own tarball
         es5 = Path(tmp) / "package" / "es5"
         staged = dest.with_name(f".{dest.name}.tmp")
         shutil.rmtree(staged, ignore_errors=True)
