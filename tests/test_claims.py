@@ -131,3 +131,18 @@ def test_key_findings_follows_the_table():
     assert "**Contradicted** (1 of 2" in claims.key_findings(flipped)
     with pytest.raises(ValueError, match="at least one Claim"):
         claims.key_findings([])
+
+
+def test_what_would_change_follows_each_verdict():
+    base = dict(claim="x", paper="x", tag="paper", ours=0.3, ci_low=0.1, ci_high=0.5, null="0", unit="documents",
+                n=12)
+    rows = [claims.Claim(id="A", verdict="supported", **base),
+            claims.Claim(id="B", verdict="inconclusive", **{**base, "ci_low": -0.1}),
+            claims.Claim(id="C", claim="x", paper="x", tag="paper", ours=None, ci_low=None, ci_high=None, null="—",
+                         verdict="inconclusive", note="not computed: no GPU"),
+            claims.Claim(id="I", claim="x", paper="x", tag="identity", ours=0.0, ci_low=None, ci_high=None,
+                         null="—", verdict="supported")]
+    text = claims.what_would_change(rows)
+    assert "**A** (supported): its interval \\[0.1, 0.5\\] over 12 documents clears the null" in text
+    assert "**B** (inconclusive): undecided at 12 documents" in text
+    assert "no GPU" in text and "**I**" not in text

@@ -163,3 +163,23 @@ def test_fetch_stages_atomically_and_reports_failures(tmp_path, monkeypatch):
     assert not (root / "partial.txt").exists()  # nothing half-written is left behind
     monkeypatch.setattr(fetch, "SOURCES", {"opt": fetch.Source("opt", False, half_then_fail)})
     assert fetch.ensure_data() == root  # optional sources are reported and skipped
+
+
+def test_per_document_windows_are_stratified(tok):
+    full = data.token_windows(tok, "test", window=512, sources=data.ALL_SOURCES)
+    k = 3
+    w = data.token_windows(tok, "test", window=512, per_document=k, sources=data.ALL_SOURCES, seed=1)
+    avail = {d: full.doc_ids.count(d) for d in set(full.doc_ids)}
+    got = {d: w.doc_ids.count(d) for d in set(w.doc_ids)}
+    assert set(got) == set(avail)  # every document that holds a window contributes
+    assert got == {d: min(k, n) for d, n in avail.items()}
+    assert w.protocol["per_document"] == k and w.fingerprint() != full.fingerprint()
+    # the kept windows are windows of the full set (same tokens), kept in corpus order
+    rows = {tuple(r) for r in full.input_ids.tolist()}
+    assert all(tuple(r) in rows for r in w.input_ids.tolist())
+    again = data.token_windows(tok, "test", window=512, per_document=k, sources=data.ALL_SOURCES, seed=1)
+    assert torch.equal(again.input_ids, w.input_ids)
+    with pytest.raises(ValueError, match="per_document"):
+        data.token_windows(tok, "test", window=512, per_document=2, max_tokens=1000)
+    with pytest.raises(ValueError, match="per_document"):
+        data.token_windows(tok, "test", window=512, per_document=0)

@@ -115,3 +115,11 @@ def test_float64_models_are_float64_end_to_end(family):
     ref = m(ids).logits
     assert (out.logits - ref).abs().max() < 1e-6
     assert models.tiny_model(family, dtype=torch.float32).config._attn_implementation == "eager"
+
+
+def test_model_label_names_the_offline_model_as_it_is():
+    from layerlab.core.models import model_label
+
+    assert model_label("smollm2-135m") == "SmolLM2-135M-Instruct-Q4_1"  # the instruct model, Q4_1-quantised
+    assert model_label("tiny-llama").startswith("tiny-llama") and "random" in model_label("tiny-llama")
+    assert model_label("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"

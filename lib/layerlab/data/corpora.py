@@ -218,18 +218,23 @@ def _encode(tokenizer: Any, doc: Document) -> tuple[list[int], list[int]]:
 
 def token_windows(tokenizer: Any, split: str = "test", *, window: int = 256, stride: int | None = None,
                   max_tokens: int | None = None, seed: int = 0, bos: bool | None = None,
-                  sources: tuple[str, ...] = DEFAULT_SOURCES) -> TokenWindows:
+                  sources: tuple[str, ...] = DEFAULT_SOURCES, per_document: int | None = None) -> TokenWindows:
     """Document-respecting windows of ``split`` (protocol in the module docstring).
 
     window: ids per window incl. context/BOS (>= 2); stride: text tokens between window starts
     (default window - 1); max_tokens: cap on scored tokens (seeded subset of windows); bos: force the
-    BOS policy on/off (default: the tokenizer's own).
+    BOS policy on/off (default: the tokenizer's own); per_document: keep at most this many windows of
+    each document (a seeded subset, stratified by document, so that every document that holds a window
+    contributes: the design for claims resampled over documents; not combinable with ``max_tokens``).
     """
     if window < 2:
         raise ValueError(f"window must be >= 2 tokens (one context + one scored), got {window}")
     step = window - 1 if stride is None else int(stride)
     if step < 1:
         raise ValueError(f"stride must be >= 1, got {stride}")
+    if per_document is not None and (per_document < 1 or max_tokens is not None):
+        raise ValueError(f"per_document must be >= 1 and cannot be combined with max_tokens, got "
+                         f"per_document={per_document}, max_tokens={max_tokens}")
     bos_id = bos_policy(tokenizer)
     if bos is not None:
         bos_id = (tokenizer.bos_token_id if bos else None)
@@ -262,12 +267,21 @@ def token_windows(tokenizer: Any, split: str = "test", *, window: int = 256, str
         n_keep = max(1, math.ceil(max_tokens / n_scored))
         if n_keep < len(rows):
             keep = np.sort(np.random.default_rng(seed).choice(len(rows), size=n_keep, replace=False))
+    if per_document is not None:
+        rng = np.random.default_rng(seed)
+        by_doc: dict[str, list[int]] = {}
+        for i, d in enumerate(doc_ids):
+            by_doc.setdefault(d, []).append(i)
+        keep = np.sort(np.concatenate([rng.choice(ix, size=min(per_document, len(ix)), replace=False)
+                                       for ix in by_doc.values()]))
     protocol = {
         "split": split, "sources": list(sources), "documents": sorted({doc_ids[i] for i in keep}),
         "window": window, "stride": step, "bos_id": bos_id, "max_tokens": max_tokens, "seed": seed,
         "tokenizer": _tokenizer_name(tokenizer), "n_windows": int(len(keep)),
         "scored_per_window": n_scored, "windows_available": len(rows),
     }
+    if per_document is not None:
+        protocol["per_document"] = per_document
     return TokenWindows(
         input_ids=torch.tensor([rows[i] for i in keep], dtype=torch.long),
         doc_ids=[doc_ids[i] for i in keep],

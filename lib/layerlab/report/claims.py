@@ -25,6 +25,7 @@ __all__ = [
     "render",
     "fmt",
     "key_findings",
+    "what_would_change",
     "verdict_from_ci",
     "verdict_identity",
     "verdict_within",
@@ -257,3 +258,30 @@ def _md_escape(text: str) -> str:
     for ch in ("\\", "*", "_", "`", "[", "]", "<", ">", "$", "{", "}", "|"):
         text = text.replace(ch, "\\" + ch)
     return text
+
+
+def what_would_change(claims: Iterable[Claim]) -> str:
+    """The "What would change our mind" list a chapter ends with, generated from its claim table: for
+    each empirical row, what a replication would have to show to change its verdict (MyST bullets)."""
+    lines = []
+    for c in claims:
+        if c.tag == "identity":
+            continue
+        n = f"{c.n} {c.unit}".strip() if c.n is not None else "the units measured"
+        ci = "" if c.ci_low is None else f" [{fmt(c.ci_low)}, {fmt(c.ci_high)}]"
+        if c.verdict == "supported":
+            text = (f"its interval{ci} over {n} clears the null ({c.null}); new {c.unit or 'units'} whose "
+                    "interval reached it, or a different protocol that moved the estimate, would undo the support.")
+        elif c.verdict == "contradicted":
+            text = (f"its interval{ci} over {n} lies on the wrong side of the null ({c.null}); only evidence on "
+                    "the claimed side, not merely more units, would revive the claim.")
+        elif c.verdict == "not supported":
+            text = (f"its interval{ci} over {n} excludes effects of the claimed size; an effect beyond the "
+                    "equivalence margin in a replication would reopen it.")
+        elif c.ours is None:
+            text = f"not computed here ({c.note or 'missing inputs'}); running it would decide it."
+        else:
+            text = (f"undecided at {n}{' (interval' + ci + ')' if ci else ''}: more {c.unit or 'units'}, "
+                    "or a larger effect, would decide it.")
+        lines.append(f"- **{c.id}** ({c.verdict}): {_md_escape(text)}")
+    return "\n".join(lines) if lines else "- Every row is an identity: only a bug would change them."

@@ -33,7 +33,7 @@ from layerlab.core.arch import view
 from layerlab.core.residual import capture, lens_logits
 from layerlab.data.corpora import TokenWindows
 from layerlab.metrics.perplexity import PerplexityResult, summarise
-from layerlab.report.stats import CI, bootstrap_ci, spearman
+from layerlab.report.stats import CI, bootstrap_ci
 
 __all__ = ["LensResult", "analyse", "lens_nll", "subset_perplexity"]
 
@@ -83,16 +83,20 @@ class LensResult:
     position: np.ndarray = field(repr=False)
     model_nll: np.ndarray = field(repr=False)
     max_abs_logit_err: float = 0.0
+    doc_of_window: np.ndarray | None = field(default=None, repr=False)  # [N] document index of each window
 
     @property
     def n_layers(self) -> int:
         return self.norm.shape[0] - 1
 
     def _ci(self, x: np.ndarray, n_boot: int, seed: int) -> CI:
-        return bootstrap_ci(x, n_boot=n_boot, seed=seed, groups=self.window_of)
+        """Bootstrap CI of a per-position mean, resampling whole documents (windows of one document
+        share its text), or whole windows when the document of each window is unknown."""
+        groups = self.window_of if self.doc_of_window is None else self.doc_of_window[self.window_of]
+        return bootstrap_ci(x, n_boot=n_boot, seed=seed, groups=groups)
 
     def lens_curve(self, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-        """Mean lens NLL per depth and lens variant with 95% CIs (bootstrap over windows)."""
+        """Mean lens NLL per depth and lens variant with 95% CIs (bootstrap over documents)."""
         rows = []
         for variant, arr in (("recompute", self.nll_recompute), ("frozen", self.nll_frozen)):
             for k in range(arr.shape[0]):
@@ -114,18 +118,13 @@ class LensResult:
                          "update_ratio": upd.estimate, "update_low": upd.low, "update_high": upd.high})
         return pd.DataFrame(rows)
 
-    def depth_trend(self, variant: str = "recompute"):
-        """Spearman rho between depth and mean lens NLL (negative: loss falls with depth)."""
-        arr = self.nll_recompute if variant == "recompute" else self.nll_frozen
-        return spearman(np.arange(arr.shape[0]), arr.mean(1))
-
     def outliers(self, depth: int, factor: float = 10.0) -> np.ndarray:
         """Boolean mask [P] of sampled positions whose norm at ``depth`` exceeds ``factor`` x the median."""
         n = self.norm[depth]
         return n > factor * np.median(n)
 
     def drop(self, variant: str = "recompute", *, n_boot: int = 1000, seed: int = 0) -> CI:
-        """NLL at depth 0 minus NLL at depth L (nats), CI over windows: the loss the blocks remove."""
+        """NLL at depth 0 minus NLL at depth L (nats), CI over documents: the loss the blocks remove."""
         arr = self.nll_recompute if variant == "recompute" else self.nll_frozen
         return self._ci(arr[0] - arr[-1], n_boot, seed)
 
@@ -206,13 +205,15 @@ def analyse(model: nn.Module, windows: TokenWindows, *, lens_positions: int = 64
 
         key = {**cache_key, **settings, "windows": windows.fingerprint()}
         t = cached_tensors("lens", key, compute, sources=(__name__, "layerlab.core.models"))
+    doc_index = {d: i for i, d in enumerate(dict.fromkeys(windows.doc_ids))}
+    doc_of_window = np.array([doc_index[d] for d in windows.doc_ids])  # [N]
     ppl = summarise(t["window_nll"].numpy(), windows.n_bytes.numpy(), windows.n_scored, n_boot=n_boot,
-                    seed=seed, protocol=windows.protocol)
+                    seed=seed, groups=doc_of_window, protocol={**windows.protocol, "group_by_doc": True})
     return LensResult(
         perplexity=ppl, nll_recompute=t["nll_recompute"].numpy(), nll_frozen=t["nll_frozen"].numpy(),
         norm=t["norm"].numpy(), update_ratio=t["update_ratio"].numpy(), window_of=t["window_of"].numpy(),
         position=t["position"].numpy(), model_nll=t["model_nll"].numpy(),
-        max_abs_logit_err=float(t["max_abs_logit_err"][0]),
+        max_abs_logit_err=float(t["max_abs_logit_err"][0]), doc_of_window=doc_of_window,
     )
 
 
@@ -221,7 +222,7 @@ def subset_perplexity(result: LensResult, windows: TokenWindows, doc_id: str, *,
     """Perplexity restricted to the windows of one document (e.g. the Britannica sanity check)."""
     mask = np.array([d == doc_id for d in windows.doc_ids])
     if mask.sum() < 2:
-        raise ValueError(f"fewer than 2 windows of {doc_id!r} among the evaluated windows; raise eval_tokens")
+        raise ValueError(f"fewer than 2 windows of {doc_id!r} among the evaluated windows; raise windows_per_doc")
     p = result.perplexity
     return summarise(p.window_nll[mask], p.window_bytes[mask], windows.n_scored, n_boot=n_boot, seed=seed,
                      protocol={**windows.protocol, "document": doc_id})

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from layerlab.chapters.residual.run import ResidualResult
-from layerlab.report.claims import Claim, fmt
+from layerlab.report.claims import Claim, fmt, key_findings, what_would_change
 from layerlab.report.inference import Evidence, mean_effect, unit_trends
 from layerlab.report.verdicts import Direction, Identity
 
@@ -159,6 +159,31 @@ def norm_sentence(rows: list[Claim]) -> str:
     )
 
 
+def gap_sentence(result: ResidualResult, rows: list[Claim]) -> str:
+    """What training does to the held-out loss, chosen by R5's verdict (the number is the paired gap)."""
+    g, r5 = result.gap, next(c for c in rows if c.id == "R5")
+    gap = (f"the random-init twin's loss minus the trained model's is {fmt(g.estimate)} nats per token "
+           f"(paired per document; 95% CI {fmt(g.low)} to {fmt(g.high)} over {r5.n} documents)")
+    if r5.verdict == "supported":
+        return f"On the same windows {gap}: training lowers the loss (claim R5)."
+    if r5.verdict == "contradicted":
+        return f"On the same windows {gap}: the trained model is *worse* than its random twin (claim R5)."
+    return f"On the same windows {gap}: the difference is not settled at this profile (claim R5: {r5.verdict})."
+
+
+def growth_sentence(result: ResidualResult, rows: list[Claim]) -> str:
+    """How the residual norm changes with depth, chosen by R6's verdict and the ratio of the norms."""
+    n = result.numbers
+    ratio, r6 = n["norm_growth"], next(c for c in rows if c.id == "R6")
+    size = (f"from {fmt(n['norm0'])} at the embedding to {fmt(n['normL'])} before the final norm, a ratio of "
+            f"{fmt(ratio)} (random twin: {fmt(n['norm_growth_r'])})")
+    if r6.verdict == "supported":
+        return f"The residual stream of the trained model grows with depth, {size}."
+    if r6.verdict == "contradicted":
+        return f"The residual stream of the trained model shrinks with depth, {size}."
+    return f"The residual norm of the trained model goes {size}; its trend is not settled (claim R6: {r6.verdict})."
+
+
 def prose(result: ResidualResult, rows: list[Claim]) -> dict[str, object]:
     """What the prose glues from the claims: per-document trend estimates with their intervals and n,
     and the generated sentences (IPython Markdown, for ``{glue:md}``)."""
@@ -172,5 +197,9 @@ def prose(result: ResidualResult, rows: list[Claim]) -> dict[str, object]:
         r = ev.get(f"{key}_random")
         out[f"{name}_r"] = r.estimate if r is not None else float("nan")
     out["norm_sentence"] = Markdown(norm_sentence(rows))
+    out["gap_sentence"] = Markdown(gap_sentence(result, rows))
+    out["growth_sentence"] = Markdown(growth_sentence(result, rows))
+    out["residual_key_findings"] = Markdown(key_findings(rows))
+    out["residual_change_mind"] = Markdown(what_would_change(rows))
     out.update({f"reading_{c.id}": Markdown(c.reading) for c in rows})
     return out

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerlab.core.protocol import Preset, make_preset
+from layerlab.data.corpora import ALL_SOURCES
 
 __all__ = ["PRESETS", "ResidualPreset", "preset"]
 
@@ -21,9 +22,10 @@ class ResidualPreset(Preset):
 
     model: str  # layerlab.core.models.load_model name
     window: int  # token ids per window (see layerlab.data.corpora)
-    eval_tokens: int  # scored held-out tokens for perplexity (trained model)
+    windows_per_doc: int  # held-out windows per test document (seeded, stratified: every document counts)
     lens_positions: int  # positions per window read through the lens
-    random_tokens: int  # scored tokens for the random-init comparison
+    random_windows_per_doc: int = 1  # of those, windows per document also scored by the random-init twin
+    sources: tuple[str, ...] = ALL_SOURCES  # corpora of the test split (python-docs adds 7 test documents)
     batch_size: int = 4
     n_boot: int = 1000
     sanity_doc: str = "britannica/shakespeare"  # document for the PPL sanity check
@@ -31,12 +33,12 @@ class ResidualPreset(Preset):
 
 
 PRESETS: dict[str, ResidualPreset] = {
-    "smoke": ResidualPreset(model="tiny-llama", window=64, eval_tokens=504, lens_positions=8, random_tokens=252,
-                            batch_size=4, n_boot=200),
-    "cpu": ResidualPreset(model="smollm2-135m", window=1024, eval_tokens=16_368, lens_positions=64,
-                          random_tokens=4_092, batch_size=2, n_boot=1000),
-    "gpu": ResidualPreset(model="HuggingFaceTB/SmolLM2-135M", window=2048, eval_tokens=1_000_000,
-                          lens_positions=128, random_tokens=65_536, batch_size=16, n_boot=2000, device="cuda"),
+    "smoke": ResidualPreset(model="tiny-llama", window=64, windows_per_doc=2, lens_positions=8, batch_size=4,
+                            n_boot=200),
+    "cpu": ResidualPreset(model="smollm2-135m", window=1024, windows_per_doc=2, lens_positions=64, batch_size=2,
+                          n_boot=1000),
+    "gpu": ResidualPreset(model="HuggingFaceTB/SmolLM2-135M", window=2048, windows_per_doc=60, lens_positions=128,
+                          random_windows_per_doc=8, batch_size=16, n_boot=2000, device="cuda"),
 }
 
 

@@ -20,21 +20,21 @@ import pandas as pd
 import torch
 from torch import nn
 
-from layerlab.chapters.residual.analysis import LensResult, analyse, subset_perplexity
+from layerlab.chapters.residual.analysis import LensResult, analyse
 from layerlab.chapters.residual.presets import ResidualPreset
 from layerlab.core import hub, models
 from layerlab.core.cache import cached
 from layerlab.core.protocol import Provenance, provenance
 from layerlab.data import corpora
 from layerlab.data.corpora import TokenWindows
-from layerlab.report import stats
+from layerlab.report.inference import mean_effect
 
 __all__ = ["DocumentUnits", "Interval", "ResidualResult", "run"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Interval:
-    """An estimate with its 95% CI: a bootstrap CI, or a Spearman correlation with its Fisher CI."""
+    """An estimate with its 95% CI (the result says which interval: cluster bootstrap or t-interval)."""
 
     estimate: float
     low: float
@@ -95,11 +95,12 @@ class ResidualResult:
     Tables: ``overview`` (model and window protocol), ``per_doc`` (one row per test document:
     ``document``, mean NLL ``mean``, ``count`` windows, ``perplexity``), ``comparison`` (NLL and
     perplexity, trained vs random init), ``lens_curve[_random]`` (depth, variant, nll, low, high: mean
-    lens NLL with 95% CIs over windows) and ``norm_curve[_random]`` (see ``LensResult.norm_curve``).
-    Estimates with 95% CIs: ``nll``/``ppl`` (trained, all windows), ``nll_random``/``ppl_random``,
-    ``sanity`` (perplexity on ``preset.sanity_doc``), ``gap`` (random minus trained NLL on the shared
-    windows, paired), ``drop[_random]`` (frozen-lens NLL at depth 0 minus depth L) and Spearman rhos
-    vs depth: ``trend`` (recompute lens), ``trend_frozen``, ``norm_trend`` (and ``*_random``).
+    lens NLL with 95% CIs over documents) and ``norm_curve[_random]`` (see ``LensResult.norm_curve``).
+    Estimates with 95% CIs over documents (cluster bootstrap): ``nll``/``ppl`` (trained, all windows),
+    ``nll_random``/``ppl_random``, ``drop[_random]`` (frozen-lens NLL at depth 0 minus depth L);
+    ``sanity``: perplexity on ``preset.sanity_doc`` with a t-interval over its windows (one document);
+    ``gap``: random minus trained NLL per document on the shared windows (paired; t-interval over
+    documents). Depth trends are per-document statistics (``units``; the claims test them).
     ``ident_err``: max |lens_L - model| over logits and losses. ``numbers``: the values the prose
     glues, under the names it uses.
     """
@@ -125,14 +126,8 @@ class ResidualResult:
     gap: Interval
     random_windows: int
     ident_err: float
-    trend: Interval
-    trend_random: Interval
-    trend_frozen: Interval
-    trend_frozen_random: Interval
     drop: Interval
     drop_random: Interval
-    norm_trend: Interval
-    norm_trend_random: Interval
     units: DocumentUnits
     numbers: dict[str, Any]
 
@@ -154,7 +149,8 @@ def run(preset: ResidualPreset) -> ResidualResult:
     with hub.release(P.model):
         model, tok = models.load_model(P.model, dtype=P.torch_dtype)
         model = model.to(P.device)
-        windows = corpora.token_windows(tok, "test", window=P.window, max_tokens=P.eval_tokens, seed=P.seed)
+        windows = corpora.token_windows(tok, "test", window=P.window, per_document=P.windows_per_doc, seed=P.seed,
+                                        sources=P.sources)
         key = {"preset": dataclasses.asdict(P), "windows": windows.fingerprint()}
         return cached("residual", key, lambda: _compute(P, model, windows))
 
@@ -162,12 +158,13 @@ def run(preset: ResidualPreset) -> ResidualResult:
 def _compute(P: ResidualPreset, model: nn.Module, windows: TokenWindows) -> ResidualResult:
     seed, n_boot = P.seed, P.n_boot
     n_layers, vocab = model.config.num_hidden_layers, model.config.vocab_size
-    docs = corpora.corpus("test")
-    overview = pd.Series({"model": P.model, "layers": n_layers, "vocabulary": vocab, "window": P.window,
+    docs = corpora.corpus("test", sources=P.sources)
+    label = models.model_label(P.model)
+    overview = pd.Series({"model": label, "layers": n_layers, "vocabulary": vocab, "window": P.window,
                           "windows": len(windows), "scored tokens": windows.n_tokens,
                           "documents in the test split": len(docs)})
     numbers: dict[str, Any] = {
-        "model_name": P.model, "n_layers": n_layers, "vocab": vocab, "ln_vocab": math.log(vocab),
+        "model_name": label, "n_layers": n_layers, "vocab": vocab, "ln_vocab": math.log(vocab),
         "window": P.window, "n_windows": len(windows), "n_tokens": windows.n_tokens, "n_test_docs": len(docs),
         "n_window_docs": len(set(windows.doc_ids)),
         "bos_policy": "no BOS token is prepended" if windows.protocol["bos_id"] is None
@@ -178,7 +175,12 @@ def _compute(P: ResidualPreset, model: nn.Module, windows: TokenWindows) -> Resi
     res = analyse(model, windows, lens_positions=P.lens_positions, batch_size=P.batch_size, seed=seed,
                   n_boot=n_boot, cache_key={"model": P.model, "random_init": False})
     ppl = res.perplexity
-    sanity = subset_perplexity(res, windows, P.sanity_doc, n_boot=n_boot, seed=seed)
+    sanity_mask = np.asarray(windows.doc_ids) == P.sanity_doc
+    if sanity_mask.sum() < 2:
+        raise ValueError(f"fewer than 2 windows of the sanity document {P.sanity_doc!r}; raise windows_per_doc")
+    sanity_ev = mean_effect(ppl.window_nll[sanity_mask] / windows.n_scored, unit="windows", seed=seed)
+    sanity = Interval(estimate=math.exp(sanity_ev.estimate), low=math.exp(sanity_ev.low),
+                      high=math.exp(sanity_ev.high))
     per_doc = pd.DataFrame({"document": windows.doc_ids, "nll": ppl.window_nll / windows.n_scored})
     per_doc = per_doc.groupby("document")["nll"].agg(["mean", "count"])
     per_doc["perplexity"] = np.exp(per_doc["mean"])
@@ -186,14 +188,16 @@ def _compute(P: ResidualPreset, model: nn.Module, windows: TokenWindows) -> Resi
     numbers.update({
         "ppl": ppl.ppl.estimate, "ppl_low": ppl.ppl.low, "ppl_high": ppl.ppl.high, "nll": ppl.nll.estimate,
         "bpb": ppl.bits_per_byte.estimate, "bpb_low": ppl.bits_per_byte.low, "bpb_high": ppl.bits_per_byte.high,
-        "sanity_ppl": sanity.ppl.estimate, "sanity_low": sanity.ppl.low, "sanity_high": sanity.ppl.high,
-        "sanity_windows": sanity.n_windows, "hardest_doc": hardest, "hardest_ppl": per_doc.loc[hardest, "perplexity"],
+        "sanity_ppl": sanity.estimate, "sanity_low": sanity.low, "sanity_high": sanity.high,
+        "sanity_windows": int(sanity_mask.sum()), "hardest_doc": hardest,
+        "hardest_ppl": per_doc.loc[hardest, "perplexity"],
         "easiest_doc": easiest, "easiest_ppl": per_doc.loc[easiest, "perplexity"],
     })
 
-    # the random-init twin on an evenly spaced subset of the same windows; paired loss gap per token
-    rand_idx = np.unique(np.linspace(0, len(windows) - 1, max(2, P.random_tokens // windows.n_scored))
-                         .round().astype(int))
+    # the random-init twin on the first random_windows_per_doc windows of every document (paired per token)
+    doc_arr = np.asarray(windows.doc_ids)
+    rand_idx = np.sort(np.concatenate([np.flatnonzero(doc_arr == d)[:P.random_windows_per_doc]
+                                       for d in dict.fromkeys(windows.doc_ids)]))
     rand_windows = windows.subset(rand_idx)
     model_r, _ = models.load_model(P.model, random_init=True, seed=seed + 1, dtype=P.torch_dtype)
     model_r = model_r.to(P.device)
@@ -201,10 +205,11 @@ def _compute(P: ResidualPreset, model: nn.Module, windows: TokenWindows) -> Resi
                     n_boot=n_boot, cache_key={"model": P.model, "random_init": True, "seed": seed + 1})
     trained_sub = res.perplexity.window_nll[rand_idx] / windows.n_scored
     random_sub = res_r.perplexity.window_nll / windows.n_scored
-    gap = stats.paired_bootstrap_ci(random_sub, trained_sub, n_boot=n_boot, seed=seed)
+    units = document_units(res, res_r, windows, rand_idx, trained_sub, random_sub)
+    gap = mean_effect(units.gap, unit="documents", seed=seed)
     numbers.update({"rand_ppl": res_r.perplexity.ppl.estimate, "rand_nll": res_r.perplexity.nll.estimate,
                     "rand_windows": len(rand_windows), "gap": gap.estimate, "gap_low": gap.low,
-                    "gap_high": gap.high})
+                    "gap_high": gap.high, "gap_docs": gap.n})
     comparison = pd.DataFrame({"trained": [res.perplexity.nll.estimate, res.perplexity.ppl.estimate],
                                "random init": [res_r.perplexity.nll.estimate, res_r.perplexity.ppl.estimate]},
                               index=["NLL (nats/token)", "perplexity"])
@@ -214,32 +219,26 @@ def _compute(P: ResidualPreset, model: nn.Module, windows: TokenWindows) -> Resi
     numbers.update(lens["numbers"])
     nc = res.norm_curve(n_boot=n_boot, seed=seed)
     nc_r = res_r.norm_curve(n_boot=n_boot, seed=seed)
-    norm_trend = stats.spearman(nc.depth, nc.norm)
-    norm_trend_r = stats.spearman(nc_r.depth, nc_r.norm)
-    numbers.update(_norm_numbers(res, nc, nc_r, norm_trend, n_layers))
+    numbers.update(_norm_numbers(res, nc, nc_r, n_layers))
 
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     return ResidualResult(
-        provenance=provenance("residual", P, model=P.model, tokens=windows.fingerprint(), seed=seed),
+        provenance=provenance("residual", P, model=label, tokens=windows.fingerprint(), seed=seed),
         preset=P, n_layers=n_layers, vocab=vocab, model_dtype=dtype, overview=overview,
         per_doc=per_doc.reset_index(), comparison=comparison, lens_curve=curve,
         lens_curve_random=res_r.lens_curve(n_boot=n_boot, seed=seed), norm_curve=nc, norm_curve_random=nc_r,
         nll=Interval.of(ppl.nll), ppl=Interval.of(ppl.ppl), nll_random=Interval.of(res_r.perplexity.nll),
-        ppl_random=Interval.of(res_r.perplexity.ppl), sanity=Interval.of(sanity.ppl),
-        sanity_windows=sanity.n_windows, gap=Interval.of(gap), random_windows=len(rand_windows),
-        ident_err=lens["ident_err"], trend=Interval.of(lens["trend"]), trend_random=Interval.of(lens["trend_r"]),
-        trend_frozen=Interval.of(lens["trend_f"]), trend_frozen_random=Interval.of(lens["trend_fr"]),
-        drop=Interval.of(lens["drop"]), drop_random=Interval.of(lens["drop_r"]),
-        norm_trend=Interval.of(norm_trend), norm_trend_random=Interval.of(norm_trend_r),
-        units=document_units(res, res_r, windows, rand_idx, trained_sub, random_sub), numbers=numbers,
+        ppl_random=Interval.of(res_r.perplexity.ppl), sanity=sanity,
+        sanity_windows=int(sanity_mask.sum()),
+        gap=Interval(estimate=gap.estimate, low=gap.low, high=gap.high), random_windows=len(rand_windows),
+        ident_err=lens["ident_err"], drop=Interval.of(lens["drop"]), drop_random=Interval.of(lens["drop_r"]),
+        units=units, numbers=numbers,
     )
 
 
 def _lens_numbers(res: LensResult, res_r: LensResult, curve: pd.DataFrame, n_layers: int, vocab: int,
                   n_boot: int, seed: int) -> dict[str, Any]:
-    """The logit-lens section: depth trends, the frozen-lens drop, the last-depth identity, glued values."""
-    trend, trend_r = res.depth_trend("recompute"), res_r.depth_trend("recompute")
-    trend_f, trend_fr = res.depth_trend("frozen"), res_r.depth_trend("frozen")
+    """The logit-lens section: the frozen-lens drop, the last-depth identity, glued values."""
     drop = res.drop("frozen", n_boot=n_boot, seed=seed)
     drop_r = res_r.drop("frozen", n_boot=n_boot, seed=seed)
     rec = curve[curve.variant == "recompute"].set_index("depth")["nll"]
@@ -252,25 +251,22 @@ def _lens_numbers(res: LensResult, res_r: LensResult, curve: pd.DataFrame, n_lay
     numbers = {
         "n_lens_positions": res.nll_recompute.shape[1], "rec0": rec[0], "fro0": fro[0],
         "rec_mid": rec[n_layers // 2], "fro_mid": fro[n_layers // 2], "mid": n_layers // 2, "recL": rec[n_layers],
-        "rho": trend.r, "rho_low": trend.low, "rho_high": trend.high, "rho_r": trend_r.r, "ident_err": ident_err,
+        "ident_err": ident_err,
         "first_below": int(np.argmax(below)) if below.any() else -1,
         "rec0_vs": "above" if rec[0] > ln_v else "below", "rec_peak_depth": peak, "rec_peak": rec[peak],
-        "rho_f": trend_f.r, "rho_f_low": trend_f.low, "rho_f_high": trend_f.high,
         "fro_monotone": int((np.diff(fro.values) < 0).sum()), "drop": drop.estimate, "drop_r": drop_r.estimate,
     }
-    return {"numbers": numbers, "ident_err": ident_err, "trend": trend, "trend_r": trend_r, "trend_f": trend_f,
-            "trend_fr": trend_fr, "drop": drop, "drop_r": drop_r}
+    return {"numbers": numbers, "ident_err": ident_err, "drop": drop, "drop_r": drop_r}
 
 
-def _norm_numbers(res: LensResult, nc: pd.DataFrame, nc_r: pd.DataFrame, norm_trend: stats.Corr,
-                  n_layers: int) -> dict[str, Any]:
+def _norm_numbers(res: LensResult, nc: pd.DataFrame, nc_r: pd.DataFrame, n_layers: int) -> dict[str, Any]:
     """The residual-norm section's glued values: growth, largest update, mean/median spread, outliers."""
     upd = nc.dropna()
     spread = (nc.norm / nc.norm_median).iloc[1:]
     big = res.outliers(int(spread.idxmax()))
     return {
         "norm0": nc.norm[0], "normL": nc.norm[n_layers], "norm_growth": nc.norm[n_layers] / nc.norm[0],
-        "norm_growth_r": nc_r.norm[n_layers] / nc_r.norm[0], "norm_rho": norm_trend.r,
+        "norm_growth_r": nc_r.norm[n_layers] / nc_r.norm[0],
         "upd_max_block": int(upd.depth[upd.update_ratio.idxmax()]), "upd_max": float(upd.update_ratio.max()),
         "upd_median": float(upd.update_ratio.median()), "spread_depth": int(spread.idxmax()),
         "spread": float(spread.max()), "outlier_pct": 100 * big.mean(),
