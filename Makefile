@@ -19,7 +19,7 @@ export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
 export HF_HUB_OFFLINE ?= $(if $(filter gpu,$(PROFILE)),0,1)
 export PIP_DISABLE_PIP_VERSION_CHECK ?= 1
 
-.PHONY: setup venv data test lint book bench strip clean distclean help
+.PHONY: setup venv data assets test lint book bench strip clean distclean help
 
 help:
 	@sed -n '1,5p' Makefile
@@ -36,8 +36,13 @@ $(STAMP): requirements.txt requirements-model.txt pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name layerlab --display-name "layerlab (.venv)" >/dev/null
 	@touch $(STAMP)
 
-data: $(STAMP)
+data: $(STAMP) assets
 	$(PY) -m layerlab fetch
+
+# The book's browser assets, vendored so the HTML works offline: MathJax from the npm registry into
+# book/_static/vendor/ (git-ignored). Needs npm (Debian: apt-get install -y npm); a no-op once there.
+assets:
+	@$(PYTHON) scripts/vendor_assets.py
 
 LINT_DIRS := $(wildcard lib tests bench scripts)
 
@@ -51,6 +56,7 @@ test: data
 	echo "$(PY) -m pytest -q -rs $(PYTEST_ARGS)"; $(PY) -m pytest -q -rs $(PYTEST_ARGS) || status=1; \
 	exit $$status
 
+# Progress lines go to stderr (QUIET=1 silences them); STRICT=1 fails on a warning or machine path in a page.
 book: data
 	PROFILE=$(PROFILE) CHAPTERS="$(CHAPTERS)" $(PY) scripts/build_book.py --profile $(PROFILE)
 	@echo "book: open _build/html/index.html"
@@ -65,4 +71,4 @@ clean:
 	rm -rf _build book/chapters .pytest_cache .ruff_cache
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) book/_static/vendor

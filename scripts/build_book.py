@@ -1,21 +1,30 @@
 """Build the layerlab book: execute every chapter notebook with papermill, then run Jupyter Book.
 
-    python scripts/build_book.py [--profile cpu|smoke|gpu] [--output DIR] [--executed-dir DIR]
+    python scripts/build_book.py [--profile cpu|smoke|gpu] [--chapters a,b] [--output DIR] [--executed-dir DIR]
 
 Chapters are the ``book/chapters/<name>`` entries of ``_toc.yml``; the source of chapter ``<name>``
 is ``notebooks/<name>.ipynb`` (stored without outputs). Each is executed with papermill and
 ``-p profile <PROFILE>`` on the ``layerlab`` kernel (this interpreter, registered on demand), with
 the working directory at ``notebooks/`` (as when a reader opens it in Jupyter). The executed copy is
-cached as ``<executed-dir>/<name>.<profile>.<key>.ipynb`` where ``key`` fingerprints the notebook
-source without outputs, the parameters and the library modules the notebook imports, transitively
-(``layerlab.core.cache.module_fingerprint``: an edit to an unrelated module keeps the chapter cached); an
-unchanged rebuild only copies cached notebooks to ``book/chapters/`` and lets Sphinx rebuild what
-changed. Then ``jupyter-book build --warningiserror --nitpick --keep-going`` writes
-``<output>/_build/html``.
+cached as ``<executed-dir>/<name>.<profile>.<key>.ipynb`` where ``key`` fingerprints what executes:
+the code cells (source and execution tags, not the markdown), the parameters and the library modules
+the notebook imports, transitively (``layerlab.core.fingerprints.module_fingerprint``: an edit to an
+unrelated module keeps the chapter cached).
+
+The page ``book/chapters/<name>.ipynb`` is made from the *current* source and the cached execution
+(scripts/bookpages.py): the source's markdown spliced around the cached outputs, plumbing cells
+hidden by tags, papermill's injected cell and machine paths dropped. So a prose edit re-renders
+without re-executing, and an unchanged rebuild rewrites no page and lets Sphinx skip them all. Then
+``jupyter-book build --warningiserror --nitpick --keep-going`` writes ``<output>/_build/html``, with
+MathJax served from the build (scripts/vendor_assets.py, fetched from npm on first use).
+
+Progress: one line per phase and per chapter on stderr (elapsed time, and the estimate from the last
+build), plus a line per section of a long-running chapter; ``QUIET=1`` silences them (errors stay).
 
 A chapter listed in the toc without a notebook source fails the build, naming the file. A failing
 notebook fails the build with its name and the error; the partially executed notebook is kept in
-``<executed-dir>/failed/`` for inspection.
+``<executed-dir>/failed/`` for inspection. What a reader must never see (stderr output, tracebacks,
+machine paths) is reported per chapter as a WARNING line, and fails the build with ``--strict``.
 """
 
 from __future__ import annotations
@@ -28,20 +37,35 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bookpages  # noqa: E402  (scripts/ is not a package)
+import vendor_assets  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER_PREFIX = "book/chapters/"
 KERNEL_NAME = "layerlab"
-# Progress bars off, hub off: the book build is quiet and offline.
-BUILD_ENV = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_OFFLINE": "1"}
+# Progress bars off, hub off: the book build is quiet and offline. The kernel imports tqdm.auto
+# (transformers, the trainer) without ipywidgets, which warns "IProgress not found" into the page
+# although every bar is disabled: silenced in the kernel's environment, not by a filter in a page.
+BUILD_ENV = {
+    "TQDM_DISABLE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "PYTHONWARNINGS": "ignore:IProgress not found",
+}
+# The kernel's own log ("running over TCP without encryption") is not the book's business.
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 # Book sources copied when building into a separate output tree (tests): everything but chapters.
 BOOK_SOURCES = ("_config.yml", "_toc.yml", "book")
+TIMINGS = "timings.json"
+Log = Callable[[str], None]
 
 
 class BuildError(RuntimeError):
@@ -52,6 +76,60 @@ class BuildError(RuntimeError):
 class Chapter:
     name: str
     source: Path  # notebooks/<name>.ipynb
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What the build did for one chapter: ``executed`` or ``cached`` (outputs reused; the page was
+    re-rendered from the current source), its page and the reader-facing problems found in it."""
+
+    name: str
+    action: str
+    page: Path
+    seconds: float
+    problems: tuple[str, ...] = ()
+
+
+# ----------------------------------------------------------------------------- progress
+class Progress:
+    """Progress lines on stderr, ``[book 1:23] message`` (time since the build started); silent
+    when ``QUIET=1`` (or ``quiet=True``). Callable, so it is the ``log`` of every step."""
+
+    def __init__(self, quiet: bool | None = None, stream=None) -> None:
+        self.quiet = os.environ.get("QUIET", "") not in ("", "0") if quiet is None else quiet
+        self.stream = stream
+        self.t0 = time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        if self.quiet:
+            return
+        s = int(time.perf_counter() - self.t0)
+        print(f"[book {s // 60}:{s % 60:02d}] {message}", file=self.stream or sys.stderr, flush=True)
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def load_timings(executed_dir: Path) -> dict[str, float]:
+    """Seconds each step took in the last build (``<profile>:<chapter>``, ``<profile>:html``, ...)."""
+    try:
+        return {k: float(v) for k, v in json.loads((executed_dir / TIMINGS).read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def save_timing(executed_dir: Path, key: str, seconds: float) -> None:
+    from layerlab.core.cache import atomic_write
+
+    timings = {**load_timings(executed_dir), key: round(seconds, 1)}
+    executed_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_write(executed_dir / TIMINGS) as tmp:
+        tmp.write_text(json.dumps(timings, indent=1, sort_keys=True))
+
+
+def _estimate(timings: dict[str, float], key: str) -> str:
+    return f" (last build: {_seconds(timings[key])})" if key in timings else ""
 
 
 # ----------------------------------------------------------------------------- table of contents
@@ -103,17 +181,14 @@ def _filter_toc(node: object, drop: set[str]) -> object:
 
 # ----------------------------------------------------------------------------- notebook keys
 def notebook_source_key(path: Path) -> dict:
-    """What defines a notebook's result: cell types, sources and tags (no outputs, no ids)."""
+    """What defines a notebook's result: its code cells (sources and execution tags), in order.
+    Markdown, cell ids, display tags and outputs are not part of it: a prose edit keeps the key."""
     nb = nbformat.read(path, as_version=4)
-    cells = [
-        {"type": c.cell_type, "source": c.source, "tags": sorted(c.get("metadata", {}).get("tags", []))}
-        for c in nb.cells
-    ]
-    return {"cells": cells, "nbformat": nb.nbformat}
+    return {"code": bookpages.code_signature(nb), "nbformat": nb.nbformat}
 
 
 def cache_key(chapter: Chapter, parameters: dict) -> str:
-    """Fingerprint of (notebook source without outputs, papermill parameters, library version)."""
+    """Fingerprint of (the notebook's code cells, papermill parameters, library modules it imports)."""
     from layerlab.core.cache import fingerprint
 
     return fingerprint(notebook_source_key(chapter.source), parameters, library_key(chapter.source))[:16]
@@ -127,6 +202,12 @@ def library_key(path: Path) -> str:
     lines = [ln for c in nb.cells if c.cell_type == "code" for ln in c.source.splitlines()]
     code = "\n".join(ln for ln in lines if not ln.lstrip().startswith(("%", "!")))
     return module_fingerprint(source=code)
+
+
+def executed_path(chapter: Chapter, profile: str, executed_dir: Path, parameters: dict | None = None) -> Path:
+    """Where the executed copy of ``chapter`` at ``profile`` is cached (it may not exist yet)."""
+    key = cache_key(chapter, {"profile": profile, **(parameters or {})})
+    return executed_dir / f"{chapter.name}.{profile}.{key}.ipynb"
 
 
 # ----------------------------------------------------------------------------- execution
@@ -153,6 +234,54 @@ def ensure_kernel() -> str:
     return KERNEL_NAME
 
 
+def _section_reporter(nb: nbformat.NotebookNode, name: str, log: Log, every: float = 15.0):
+    """A papermill ``cell_start`` hook: a line when execution enters a new ``##`` section of the
+    chapter, if at least ``every`` seconds passed since the last line (long chapters only)."""
+    sections: dict[str, str] = {}  # cell id -> its section (papermill's injected cell has none)
+    current = "start"
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            heads = re.findall(r"^#{2,3} +(.+)$", cell.source, flags=re.M)
+            current = heads[-1].strip() if heads else current
+        sections[cell.get("id", "")] = current
+    n_code = sum(c.cell_type == "code" for c in nb.cells)
+    state = {"t0": time.perf_counter(), "last": time.perf_counter(), "section": None, "code": 0}
+
+    def on_cell(cell, index: int | None) -> None:
+        if cell.cell_type != "code" or cell.get("id", "") not in sections:
+            return
+        state["code"] += 1
+        section, now = sections[cell.get("id", "")], time.perf_counter()
+        if section != state["section"] and now - state["last"] >= every:
+            log(f"{name}: § {section[:60]} (code cell {state['code']} of {n_code}, "
+                f"{_seconds(now - state['t0'])} in)")
+            state["last"] = now
+        state["section"] = section
+
+    return on_cell
+
+
+def _progress_engine():
+    """papermill's nbclient engine, reporting each cell start to an ``on_cell`` callback."""
+    from papermill.engines import NBClientEngine, papermill_engines
+
+    class ProgressEngine(NBClientEngine):
+        @classmethod
+        def execute_managed_notebook(cls, nb_man, kernel_name, on_cell=None, **kwargs):
+            if on_cell is not None:
+                start = nb_man.cell_start
+
+                def cell_start(cell, cell_index=None, **kw):
+                    on_cell(cell, cell_index)
+                    return start(cell, cell_index, **kw)
+
+                nb_man.cell_start = cell_start
+            return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
+
+    papermill_engines.register("layerlab", ProgressEngine)
+    return "layerlab"
+
+
 def execute(
     chapter: Chapter,
     profile: str,
@@ -161,9 +290,10 @@ def execute(
     kernel_name: str | None = None,
     extra_parameters: dict | None = None,
     use_cache: bool = True,
-    log=print,
+    log: Log | None = None,
 ) -> Path:
-    """Execute ``chapter`` at ``profile`` (or reuse the cached result); return the executed notebook.
+    """Execute ``chapter`` at ``profile`` (or reuse the cached result); return the executed notebook
+    (papermill's output, its machine paths scrubbed; the page is made from it by :func:`render`).
 
     Raises BuildError naming the chapter, the failing cell and the error.
     """
@@ -172,20 +302,21 @@ def execute(
 
     from layerlab.core.cache import atomic_write
 
+    log = log or Progress()
     if not chapter.source.exists():
         raise BuildError(f"chapter {chapter.name!r}: notebook source {chapter.source} does not exist")
     parameters = {"profile": profile, **(extra_parameters or {})}
-    key = cache_key(chapter, parameters)
-    target = executed_dir / f"{chapter.name}.{profile}.{key}.ipynb"
+    target = executed_path(chapter, profile, executed_dir, extra_parameters)
     if use_cache and target.exists():
-        log(f"[book] {chapter.name}: cached ({target.name})")
         return target
     for k, v in BUILD_ENV.items():  # inherited by the kernel
         if not (k == "HF_HUB_OFFLINE" and profile == "gpu"):  # gpu: hub models, unless set offline
             os.environ.setdefault(k, v)
     executed_dir.mkdir(parents=True, exist_ok=True)
     kernel = kernel_name or ensure_kernel()
-    log(f"[book] {chapter.name}: executing at profile={profile} ...")
+    timings = load_timings(executed_dir)
+    log(f"{chapter.name}: executing at profile={profile}{_estimate(timings, f'{profile}:{chapter.name}')} ...")
+    source = nbformat.read(chapter.source, as_version=4)
     t0 = time.perf_counter()
     with atomic_write(target) as tmp:
         tmp_nb = tmp.with_suffix(".ipynb")  # papermill wants an .ipynb name
@@ -200,6 +331,9 @@ def execute(
                 progress_bar=False,
                 log_output=False,
                 report_mode=False,
+                engine_name=_progress_engine(),
+                on_cell=_section_reporter(source, chapter.name, log),
+                extra_arguments=KERNEL_ARGS,
             )
         except PapermillExecutionError as e:
             failed = executed_dir / "failed" / f"{chapter.name}.{profile}.ipynb"
@@ -215,30 +349,66 @@ def execute(
             raise BuildError(
                 f"chapter {chapter.name!r} could not be executed: {type(e).__name__}: {e}"
             ) from e
-        _mark_provenance(tmp_nb, profile, key)
+        _mark_provenance(tmp_nb, profile, target.stem.rsplit(".", 1)[-1], chapter.source)
         os.replace(tmp_nb, tmp)
     for old in executed_dir.glob(f"{chapter.name}.{profile}.*.ipynb"):
         if old != target:
             old.unlink(missing_ok=True)  # keep one executed copy per chapter and profile
-    log(f"[book] {chapter.name}: done in {time.perf_counter() - t0:.1f} s")
+    seconds = time.perf_counter() - t0
+    save_timing(executed_dir, f"{profile}:{chapter.name}", seconds)
+    log(f"{chapter.name}: executed in {_seconds(seconds)}")
     return target
 
 
-def _mark_provenance(nb_path: Path, profile: str, key: str) -> None:
-
-    nb = nbformat.read(nb_path, as_version=4)
-    nb.metadata["layerlab"] = {"profile": profile, "key": key, "lib": library_key(nb_path)}
+def _mark_provenance(nb_path: Path, profile: str, key: str, source: Path) -> None:
+    nb = bookpages.scrub_executed(nbformat.read(nb_path, as_version=4))
+    nb.metadata["layerlab"] = {"profile": profile, "key": key, "lib": library_key(source)}
     nbformat.write(nb, nb_path)
 
 
-def _copy_if_changed(src: Path, dst: Path) -> None:
-    """Copy only when the bytes differ, so Sphinx's incremental build skips unchanged pages."""
-    if dst.exists() and dst.read_bytes() == src.read_bytes():
-        return
+def _write_if_changed(text: str, dst: Path) -> bool:
+    """Write only when the bytes differ, so Sphinx's incremental build skips unchanged pages."""
+    if dst.exists() and dst.read_text() == text:
+        return False
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".{dst.name}.tmp")
-    shutil.copyfile(src, tmp)
+    tmp.write_text(text)
     os.replace(tmp, dst)
+    return True
+
+
+def render(
+    chapter: Chapter,
+    profile: str,
+    executed_dir: Path,
+    chapters_dir: Path,
+    *,
+    log: Log | None = None,
+    **execute_kwargs,
+) -> Rendered:
+    """The chapter's page in ``chapters_dir``: executed (or the cached execution reused) and spliced
+    with the current source (:func:`bookpages.page_notebook`). A prose-only edit never executes."""
+    log = log or Progress()
+    t0 = time.perf_counter()
+    cached = executed_path(chapter, profile, executed_dir, execute_kwargs.get("extra_parameters"))
+    action = "cached" if cached.exists() and execute_kwargs.get("use_cache", True) else "executed"
+    executed = execute(chapter, profile, executed_dir, log=log, **execute_kwargs)
+    source = nbformat.read(chapter.source, as_version=4)
+    try:
+        page = bookpages.page_notebook(source, nbformat.read(executed, as_version=4))
+    except bookpages.SpliceError as e:  # a cache entry that does not match its key: run it again
+        log(f"{chapter.name}: cached execution unusable ({e}); executing again")
+        executed = execute(chapter, profile, executed_dir, log=log, **{**execute_kwargs, "use_cache": False})
+        page = bookpages.page_notebook(source, nbformat.read(executed, as_version=4))
+        action = "executed"
+    target = chapters_dir / f"{chapter.name}.ipynb"
+    changed = _write_if_changed(nbformat.writes(page) + "\n", target)
+    found = tuple(bookpages.problems(page))
+    for p in found:
+        log(f"{chapter.name}: WARNING {p}")
+    if action == "cached":
+        log(f"{chapter.name}: cached ({'page re-rendered' if changed else 'page unchanged'})")
+    return Rendered(chapter.name, action, target, time.perf_counter() - t0, found)
 
 
 # ----------------------------------------------------------------------------- the book
@@ -269,16 +439,36 @@ def uses_family(name: str) -> bool:
     return bool(pkg.USES_FAMILY)
 
 
-def train_family(profile: str, *, log=print) -> float:
+def _members_done(profile: str, since: float) -> int:
+    """Family members whose ``result.json`` was written after ``since`` (the trainer writes one per
+    member when it finishes), under ``<cache>/family/<profile>-*/``."""
+    from layerlab.core.cache import cache_dir
+
+    found = (cache_dir() / "family").glob(f"{profile}-*/*/result.json")
+    return sum(1 for f in found if f.stat().st_mtime >= since)
+
+
+def train_family(profile: str, *, log: Log | None = None, estimate: str = "", every: float = 60.0) -> float:
     """Train (or load) the shared model family before the chapters that use it, in its own process
-    (parallel single-threaded workers), so its cost is logged once and not billed to one chapter."""
-    t0 = time.perf_counter()
-    log(f"[book] family: training or loading the {profile} model family ...")
-    proc = subprocess.run([sys.executable, "-m", "layerlab", "family", profile], capture_output=True, text=True)
+    (parallel single-threaded workers), so its cost is logged once and not billed to one chapter.
+    While it trains, a line every ``every`` seconds says how many members have finished."""
+    log = log or Progress()
+    t0, wall0 = time.perf_counter(), time.time()
+    log(f"family: training or loading the {profile} model family{estimate} ...")
+    with subprocess.Popen([sys.executable, "-m", "layerlab", "family", profile], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        while True:
+            try:
+                stdout, stderr = proc.communicate(timeout=every)
+                break
+            except subprocess.TimeoutExpired:
+                log(f"family: {_members_done(profile, wall0)} member(s) trained so far, "
+                    f"{_seconds(time.perf_counter() - t0)} in")
     if proc.returncode != 0:
-        raise BuildError(f"training the {profile} model family failed:\n{proc.stderr[-3000:]}")
+        raise BuildError(f"training the {profile} model family failed:\n{stderr[-3000:]}")
     seconds = time.perf_counter() - t0
-    log(f"[book] family: ready in {seconds:.1f} s ({proc.stdout.strip().splitlines()[-1]})")
+    last = stdout.strip().splitlines()[-1:] or [""]
+    log(f"family: ready in {_seconds(seconds)} ({last[0]})")
     return seconds
 
 
@@ -290,15 +480,26 @@ def build(
     notebooks_dir: Path = ROOT / "notebooks",
     html: bool = True,
     only: set[str] | None = None,
-    log=print,
+    strict: bool = False,
+    log: Log | None = None,
+    report: list[Rendered] | None = None,
 ) -> Path:
-    """Execute (or reuse) every toc chapter at ``profile`` and build the HTML book; return its dir."""
+    """Execute (or reuse) every toc chapter at ``profile`` and build the HTML book; return its dir.
+
+    ``report`` (a list) receives one :class:`Rendered` per chapter; ``strict`` turns the problems a
+    reader would see (stderr, tracebacks, machine paths) into a BuildError."""
     from layerlab.core.profiles import PROFILE_NAMES
 
+    log = log or Progress()
     if profile not in PROFILE_NAMES:
         raise BuildError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILE_NAMES)} (PROFILE=...)")
     output = output.resolve()
     executed_dir = (executed_dir or output / "_build" / "executed").resolve()
+    if html:
+        try:
+            vendor_assets.ensure_mathjax(log=log)
+        except vendor_assets.AssetError as e:
+            raise BuildError(str(e)) from None
     if output != ROOT:
         _stage_sources(output)
     toc_path = output / "_toc.yml"
@@ -310,7 +511,7 @@ def build(
             raise BuildError(f"unknown chapter(s) {unknown}: _toc.yml lists {[c.name for c in chapters]}")
         left_out = [c for c in chapters if c.name not in only]
         chapters = [c for c in chapters if c.name in only]
-        log(f"[book] building only {sorted(only)} (CHAPTERS=...)")
+        log(f"building only {sorted(only)} (CHAPTERS=...)")
     missing = [c for c in chapters if not c.source.exists()]
     if missing:
         names = ", ".join(str(c.source) for c in missing)
@@ -318,25 +519,34 @@ def build(
                          "Add the notebook, or remove its entry from _toc.yml.")
     chapters_dir = output / "book" / "chapters"
     chapters_dir.mkdir(parents=True, exist_ok=True)
-    present = chapters
     for stale in chapters_dir.glob("*.ipynb"):
-        if stale.stem not in {c.name for c in present}:
+        if stale.stem not in {c.name for c in chapters}:
             stale.unlink()
     t0 = time.perf_counter()
-    if any(uses_family(c.name) for c in present):
-        train_family(profile, log=log)
-    failures = []
-    for c in present:  # run every chapter, then report all failures at once
+    timings = load_timings(executed_dir)
+    to_run = [c for c in chapters if not executed_path(c, profile, executed_dir).exists()]
+    estimate = sum(timings.get(f"{profile}:{c.name}", 0.0) for c in to_run)
+    log(f"notebooks: {len(to_run)} of {len(chapters)} to execute at profile={profile}"
+        + (f" (estimate {_seconds(estimate)} from the last build)" if to_run and estimate else ""))
+    if any(uses_family(c.name) for c in to_run):  # cached chapters need no family
+        train_family(profile, log=log, estimate=_estimate(timings, f"{profile}:family"))
+        save_timing(executed_dir, f"{profile}:family", time.perf_counter() - t0)
+    failures, problems = [], []
+    for c in chapters:  # run every chapter, then report all failures at once
         try:
-            executed = execute(c, profile, executed_dir, log=log)
+            done = render(c, profile, executed_dir, chapters_dir, log=log)
         except BuildError as e:
-            log(f"[book] FAILED: {e}")
+            log(f"FAILED: {e}")
             failures.append(str(e))
             continue
-        _copy_if_changed(executed, chapters_dir / f"{c.name}.ipynb")
+        problems += [f"{c.name}: {p}" for p in done.problems]
+        if report is not None:
+            report.append(done)
     if failures:
         raise BuildError(f"{len(failures)} chapter(s) failed:\n" + "\n".join(failures))
-    log(f"[book] notebooks ready in {time.perf_counter() - t0:.1f} s")
+    if strict and problems:
+        raise BuildError(f"{len(problems)} problem(s) a reader would see (--strict):\n" + "\n".join(problems))
+    log(f"notebooks: ready in {_seconds(time.perf_counter() - t0)}")
     if not html:
         return chapters_dir
     if left_out:
@@ -344,12 +554,16 @@ def build(
         filtered = _filter_toc(toc, {f"{CHAPTER_PREFIX}{c.name}" for c in left_out})
         toc_path = output / "_build" / "_toc.available.yml"
         toc_path.parent.mkdir(parents=True, exist_ok=True)
-        toc_path.write_text(yaml.safe_dump(filtered, sort_keys=False))
-    return run_jupyter_book(output, toc_path, log=log)
+        text = yaml.safe_dump(filtered, sort_keys=False)
+        if not toc_path.exists() or toc_path.read_text() != text:
+            toc_path.write_text(text)
+    return run_jupyter_book(output, toc_path, log=log, executed_dir=executed_dir, profile=profile)
 
 
-def run_jupyter_book(source: Path, toc_path: Path, *, log=print) -> Path:
+def run_jupyter_book(source: Path, toc_path: Path, *, log: Log | None = None,
+                     executed_dir: Path | None = None, profile: str = "") -> Path:
     """``jupyter-book build`` with warnings as errors; raise BuildError with the log tail on failure."""
+    log = log or Progress()
     jb = Path(sys.executable).with_name("jupyter-book")
     cmd = [
         str(jb) if jb.exists() else "jupyter-book",
@@ -366,7 +580,8 @@ def run_jupyter_book(source: Path, toc_path: Path, *, log=print) -> Path:
     ]
     env = {**os.environ, **BUILD_ENV, "NO_COLOR": "1"}
     t0 = time.perf_counter()
-    log("[book] jupyter-book build ...")
+    key = f"{profile}:html"
+    log(f"html: jupyter-book build{_estimate(load_timings(executed_dir), key) if executed_dir else ''} ...")
     proc = subprocess.run(cmd, cwd=source, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         # Sphinx reports a page's warnings only when it re-reads the page: forget the environment so
@@ -376,7 +591,10 @@ def run_jupyter_book(source: Path, toc_path: Path, *, log=print) -> Path:
         tail = "\n".join(text.strip().splitlines()[-40:])
         raise BuildError(f"jupyter-book build failed (exit {proc.returncode}):\n{tail}")
     html = source / "_build" / "html"
-    log(f"[book] html in {time.perf_counter() - t0:.1f} s -> {html}")
+    seconds = time.perf_counter() - t0
+    if executed_dir is not None:
+        save_timing(executed_dir, key, seconds)
+    log(f"html: done in {_seconds(seconds)} -> {html}")
     return html
 
 
@@ -407,8 +625,11 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("CHAPTERS", ""),
         help="comma-separated chapter names to build (default: all in _toc.yml)",
     )
+    ap.add_argument("--strict", action="store_true", default=os.environ.get("STRICT", "") not in ("", "0"),
+                    help="fail on stderr output, tracebacks or machine paths in a page (STRICT=1)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    log = Progress()
     try:
         out = build(
             args.profile,
@@ -417,15 +638,15 @@ def main(argv: list[str] | None = None) -> int:
             notebooks_dir=args.notebooks_dir,
             html=not args.no_html,
             only={c.strip() for c in args.chapters.split(",") if c.strip()} or None,
+            strict=args.strict,
+            log=log,
         )
     except BuildError as e:
         print(f"[book] ERROR: {e}", file=sys.stderr)
         return 1
-    print(
-        json.dumps(
-            {"profile": args.profile, "output": str(out), "seconds": round(time.perf_counter() - t0, 1)}
-        )
-    )
+    seconds = time.perf_counter() - t0
+    log(f"done in {_seconds(seconds)}")
+    print(json.dumps({"profile": args.profile, "output": str(out), "seconds": round(seconds, 1)}))
     return 0
 
 

@@ -2,7 +2,8 @@
 
 Every ``notebooks/*.ipynb`` must carry no outputs, have one ``parameters`` cell defining
 ``profile`` (default ``"cpu"``), start with a single ``# Title`` markdown cell (the page title),
-execute with papermill at ``profile=smoke``, and fail with a clear message on an unknown profile
+execute with papermill at ``profile=smoke`` into a page without stderr output, traceback or machine
+path (scripts/bookpages.py), and fail with a clear message on an unknown profile
 (each chapter chooses its preset with ``layerlab.core.profiles.select``).
 """
 
@@ -97,6 +98,10 @@ def test_executes_at_smoke_profile(path, tmp_path_factory):
     assert nb.metadata["layerlab"]["profile"] == "smoke"
     executed = [c for c in nb.cells if c.cell_type == "code" and c.get("execution_count") is not None]
     assert len(executed) == sum(c.cell_type == "code" for c in nb.cells)
+    # The page a reader sees: no stderr (warnings silenced at their source), traceback or machine path.
+    page = bb.bookpages.page_notebook(_read(path), nb)
+    problems = bb.bookpages.problems(page)
+    assert not problems, f"{path.name} at smoke: " + "; ".join(problems)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
