@@ -70,6 +70,9 @@ def fig_family(fa) -> Figure:
     ax.set_ylim(-1.05, 1.05)
     ax.set_xlabel(r"mean $\rho$ over layers, random-init twins", fontsize=10)
     ax.set_ylabel(r"mean $\rho$ over layers, trained members", fontsize=10)
-    ax.legend(fontsize=9, loc="lower right", frameon=False)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=9, loc="lower right", frameon=False)
+    else:
+        ax.text(0, 0, "no lens pair is defined on two or more members", ha="center", va="center", fontsize=9)
     fig.tight_layout()
     return fig
