@@ -41,7 +41,8 @@ def _one(fn: Callable, model, ids: torch.Tensor, label: str, tol: float) -> floa
     check_shape(got, ref, f"member logits on {label} (members {list(c.members.shape)})")
     if not close(got, ref, tol):
         doubled = as_tensor(run_student(fn, model, 2 * c.members, c.resid, what=f"your function on {label}"), "")
-        if close(doubled, got, 1e-6) and not close(got, torch.zeros_like(got), 1e-12):
+        # a recomputed scale makes the lens (nearly: eps) invariant to scaling the members, not linear
+        if got.abs().max() > 0 and max_err(doubled, got) < 0.5 * max_err(doubled, 2 * got):
             raise Failure(
                 f"on {label}, doubling every member u_i left your logits unchanged: the lens is not linear "
                 "in the members. You recomputed the norm's scale from each member; freeze it at the full "
