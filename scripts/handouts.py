@@ -58,8 +58,8 @@ def handout_html(content) -> str:
         parts.append(f"<h2>The claims, and our verdicts</h2>{content.claims_html}")
     qs = "".join(f"<li>{_markdown(q)}</li>" for q in content.discussion)
     parts.append(f"<h2>For discussion</h2><ol>{qs}</ol>")
-    parts.append("<footer>layerlab: every number is computed from the executed chapter notebook; results on "
-                 "SmolLM2-135M-Instruct-Q4_1 unless the chapter says otherwise.</footer>")
+    parts.append("<footer>layerlab: every number is computed from the executed chapter notebook; "
+                 f"{html.escape(content.results_label)}.</footer>")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(content.title)}</title>"
             f"<style>{CSS}</style></head><body>{''.join(parts)}</body></html>")
 

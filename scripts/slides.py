@@ -99,20 +99,28 @@ def _output_cell(data: dict, slide: str = "-") -> nbformat.NotebookNode:
     return c
 
 
+# Slides are 960 x 700: claim tables and captions are set small, figures fit the height.
+STYLE = ("<style>.reveal .jp-OutputArea table, .reveal table { font-size: 0.5em; } "
+         ".reveal .jp-OutputArea img { max-height: 470px; } .reveal p.caption, .reveal em.caption "
+         "{ font-size: 0.5em; } .reveal h1 { font-size: 1.7em; } .reveal h3 { text-transform: none; }</style>")
+
+
 def deck_notebook(content) -> nbformat.NotebookNode:
     """The deck as a notebook with slide metadata (input cells are empty and excluded on export)."""
-    label = "SmolLM2-135M-Instruct-Q4_1"
-    cells = [_md(f"# {content.title}\n\n{content.question}\n\n*layerlab seminar: {content.chapter} chapter*")]
+    cells = [_md(f"{STYLE}\n\n# {content.title}\n\n{content.question}\n\n"
+                 f"*layerlab seminar, {content.chapter} chapter ({content.results_label})*")]
     if content.findings_md:
         cells.append(_md(f"## Key findings\n\n{content.findings_md}"))
     for i, (png, caption) in enumerate(content.figures, start=1):
-        cells.append(_md(f"### Figure {i}" + (f": {caption}" if caption else "")))
+        cells.append(_md(f"### Figure {i}"))
         cells.append(_output_cell({"image/png": png}))
+        if caption:
+            cells.append(_md(f'<p class="caption">{caption}</p>', "-"))
     if content.claims_html:
         cells.append(_md("## The claims, and our verdicts"))
         cells.append(_output_cell({"text/html": content.claims_html}))
     qs = "\n".join(f"{i}. {q}" for i, q in enumerate(content.discussion, start=1))
-    cells.append(_md(f"## Discussion\n\n{qs}\n\n*Results on {label} unless the chapter says otherwise.*"))
+    cells.append(_md(f"## Discussion\n\n{qs}\n\n*{content.results_label}*"))
     nb = nbformat.v4.new_notebook()
     nb.cells = cells
     for i, c in enumerate(nb.cells):

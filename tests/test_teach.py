@@ -234,8 +234,9 @@ def _executed_chapter() -> nbformat.NotebookNode:
     """A stand-in executed chapter: a title + question, two plotted figures (one glued), a claims cell."""
     nb = nbformat.v4.new_notebook()
     fig = nbformat.v4.new_code_cell("glue_figure('fig_lens', plots.fig_lens(r))")
-    fig.outputs = [nbformat.v4.new_output("display_data", data={"image/png": PNG},
-                                          metadata={"scrapbook": {"name": "fig_lens", "mime_prefix": ""}})]
+    prefix = "application/papermill.record/"  # how myst-nb's glue stores a figure
+    fig.outputs = [nbformat.v4.new_output("display_data", data={prefix + "image/png": PNG},
+                                          metadata={"scrapbook": {"name": "fig_lens", "mime_prefix": prefix}})]
     norms = nbformat.v4.new_code_cell("plots.fig_norms(r)")
     norms.outputs = [nbformat.v4.new_output("display_data", data={"image/png": PNG})]
     claims = nbformat.v4.new_code_cell("rows = residual.claims(r)\nrender(rows)")
@@ -245,6 +246,7 @@ def _executed_chapter() -> nbformat.NotebookNode:
         nbformat.v4.new_output("execute_result", data={"text/html": "<table><tr><td>R1</td></tr></table>"},
                                execution_count=3),
     ]
+    nb.metadata["layerlab"] = {"profile": "smoke"}
     nb.cells = [nbformat.v4.new_markdown_cell("# Reading the residual stream\n\nDoes the lens read the model?"),
                 fig, nbformat.v4.new_markdown_cell("```{glue:figure} fig_lens\n:name: fig-residual-lens\n"
                                                    "Both lenses by depth. More text.\n```"), norms, claims]
@@ -257,6 +259,7 @@ def test_deck_content_follows_the_manifest_and_tags_override():
     assert content.title == "Reading the residual stream" and content.question == "Does the lens read the model?"
     assert len(content.figures) == 2 and content.figures[0][1] == "Both lenses by depth."
     assert "<table>" in content.claims_html and "R1" in content.findings_md and not content.missing
+    assert "tiny random models" in content.results_label  # a smoke deck says it is a dry run
     nb.cells[3].metadata["tags"] = ["slide"]  # tags win: only the tagged figure
     assert len(decks.select(nb, decks.DECKS["residual"]).figures) == 1
     missing = decks.select(_executed_chapter(), decks.Deck("residual", ("src:plots.nothing",), ("a", "b")))

@@ -40,6 +40,14 @@ class DeckContent:
     findings_md: str | None = None
     discussion: tuple[str, ...] = ()
     missing: list[str] = field(default_factory=list)  # selectors that matched nothing
+    profile: str | None = None  # the profile the notebook was executed at (build_book's metadata)
+
+    @property
+    def results_label(self) -> str:
+        """Which model the numbers are about, from the profile (smoke decks are dry runs)."""
+        if self.profile == "smoke":
+            return "smoke profile: tiny random models, a dry run of the deck (build with PROFILE=cpu for results)"
+        return "results on SmolLM2-135M-Instruct-Q4_1 unless the chapter says otherwise"
 
 
 DECKS: dict[str, Deck] = {
@@ -73,16 +81,22 @@ def tags(cell) -> list[str]:
     return list(cell.get("metadata", {}).get("tags", []))
 
 
+def _data(output) -> dict:
+    """An output's mime bundle with myst-nb's glue prefix (``application/papermill.record/``) removed."""
+    prefix = output.get("metadata", {}).get("scrapbook", {}).get("mime_prefix", "")
+    return {k[len(prefix):] if prefix and k.startswith(prefix) else k: v for k, v in output.get("data", {}).items()}
+
+
 def _images(cell) -> list[str]:
-    return [o["data"]["image/png"] for o in cell.get("outputs", [])
-            if o.get("output_type") in ("display_data", "execute_result") and "image/png" in o.get("data", {})]
+    return [_data(o)["image/png"] for o in cell.get("outputs", [])
+            if o.get("output_type") in ("display_data", "execute_result") and "image/png" in _data(o)]
 
 
 def _glued(nb, name: str) -> dict | None:
     for c in nb.cells:
         for o in c.get("outputs", []):
             if o.get("metadata", {}).get("scrapbook", {}).get("name") == name:
-                return o.get("data", {})
+                return _data(o)
     return None
 
 
@@ -120,8 +134,8 @@ def _figure(nb, selector: str) -> tuple[str, str] | None:
 
 
 def _table_html(cell) -> str | None:
-    htmls = [o["data"]["text/html"] for o in cell.get("outputs", [])
-             if "text/html" in o.get("data", {}) and "<table" in o["data"]["text/html"]]
+    htmls = [_data(o)["text/html"] for o in cell.get("outputs", [])
+             if "<table" in "".join(_data(o).get("text/html", ""))]
     if not htmls:
         return None
     h = max(htmls, key=len)
@@ -138,16 +152,32 @@ def _question(nb) -> tuple[str, str]:
     if not paras and len(md) > 1:
         paras = [p.strip() for p in re.split(r"\n\s*\n", md[1].source) if p.strip()]
     q = paras[0] if paras else ""
-    if len(q) > 420:  # one slide: cut at a sentence end
-        cut = [m.end() for m in re.finditer(r"[.?!](\s|$)", q) if m.end() <= 420]
-        q = q[: cut[-1]].strip() if cut else q[:420].rsplit(" ", 1)[0] + " …"
-    return title, q
+    if q.endswith(":") and len(paras) > 1:  # "We measure three things:" + the list that follows
+        q = q + "\n\n" + paras[1]
+    return title, _shorten(q)
+
+
+def _shorten(q: str, limit: int = 700) -> str:
+    """At most ``limit`` characters for one slide: whole list items, else whole sentences."""
+    if len(q) <= limit:
+        return q
+    items = re.split(r"\n(?=\s*(?:\d+\.|[-*])\s)", q)
+    kept = []
+    for it in items:
+        if len("\n".join([*kept, it])) > limit:
+            break
+        kept.append(it)
+    if len(kept) > 1:
+        return "\n".join(kept)
+    cut = [m.end() for m in re.finditer(r"[.?!](\s|$)", q) if m.end() <= limit]
+    return q[: cut[-1]].strip() if cut else q[:limit].rsplit(" ", 1)[0] + " …"
 
 
 def select(nb: nbformat.NotebookNode, deck: Deck, *, max_figures: int = 5) -> DeckContent:
     """Pick the deck's content out of the executed notebook ``nb`` (tags override the manifest)."""
     title, question = _question(nb)
-    out = DeckContent(deck.chapter, title, question, discussion=deck.discussion)
+    out = DeckContent(deck.chapter, title, question, discussion=deck.discussion,
+                      profile=nb.metadata.get("layerlab", {}).get("profile"))
     tagged = [c for c in nb.cells if "slide" in tags(c)]
     if tagged:
         for c in tagged:
