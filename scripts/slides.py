@@ -7,8 +7,9 @@ Each deck holds the chapter's question (its title and opening paragraph), the ke
 chapter glues them, 3-5 key figures, the claim table and two discussion questions. What goes in is
 chosen by the chapter's manifest in :mod:`layerlab.teach.decks` (cell tags ``slide`` /
 ``slide-claims`` override it). The executed notebooks come from ``--executed-dir`` (files
-``<chapter>.<profile>.*.ipynb`` or ``<chapter>.ipynb``), else from ``scripts/build_book.py``
-(executed or reused from its cache at ``--profile``, the family trained first when needed).
+``<chapter>.<profile>.*.ipynb`` or ``<chapter>.ipynb``), else from ``scripts/build_book.py``'s
+``execute`` (reused from the book build's cache ``_build/executed`` or executed at ``--profile``, the
+shared model family trained first when a chapter needs it).
 
 Decks are written with Jupyter's slides exporter (nbconvert) as ``<output>/<chapter>.slides.html``;
 reveal.js and require.js are served from ``<output>/reveal.js`` and ``<output>/require.js``, copied
@@ -82,11 +83,14 @@ def executed_notebooks(chapters: list[str], profile: str, executed_dir: Path | N
             out[ch] = hits[-1]
         return out
     bb = load_build_book()
+    present = [c for c in bb.toc_chapters() if c.name in chapters]
     try:
-        chapters_dir = bb.build(profile, html=False, only=set(chapters))
+        if any(bb.uses_family(c.name) for c in present):
+            bb.train_family(profile)
+        # the book build's cache: an unchanged chapter already executed by `make book` is reused
+        return {c.name: bb.execute(c, profile, ROOT / "_build" / "executed") for c in present}
     except bb.BuildError as e:
         raise SystemExit(f"[slides] could not execute the chapters: {e}") from None
-    return {ch: chapters_dir / f"{ch}.ipynb" for ch in chapters}
 
 
 def _md(source: str, slide: str = "slide") -> nbformat.NotebookNode:
