@@ -88,8 +88,8 @@ def check_frozen_lens(fn: Callable, *, families: Sequence[str] = TINY_FAMILIES, 
         else:
             hint = first + (f" (also fails on {len(fams) - 1} other families)" if len(fams) > 1 else "")
         return finish(name, False, hint, quiet=quiet)
-    msg = (f"members match the frozen lens and Σ c_i + b equals the logits on {len(families)} tiny float64 "
-           f"families (max error {worst:.1e})")
+    fams = f"{len(families)} tiny float64 families" if len(families) > 1 else f"tiny-{families[0]} (float64)"
+    msg = f"members match the frozen lens and Σ c_i + b equals the logits on {fams} (max error {worst:.1e})"
     if real:
         model, tok = real_model()
         if model is None:
