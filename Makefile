@@ -72,3 +72,22 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV) book/_static/vendor
+
+# ----------------------------------------------------------------------------- teaching kit (issue 17)
+# make student     _build/student/<chapter>.ipynb: the exercise notebooks without their solutions
+# make slides      _build/slides/<chapter>.slides.html: reveal.js decks from the executed chapters (PROFILE)
+# make handouts    _build/handouts/<chapter>.pdf: one- or two-page handouts (headless Chromium)
+# reveal.js comes from the npm registry into book/_static/vendor/ (git-ignored) on first use.
+.PHONY: student slides handouts vendor
+
+student: $(STAMP)
+	$(PY) scripts/student.py
+
+vendor: $(STAMP)
+	$(PY) -c "import sys; sys.path.insert(0, 'scripts'); import slides; print(slides.vendor())"
+
+slides: data
+	PROFILE=$(PROFILE) CHAPTERS="$(CHAPTERS)" $(PY) scripts/slides.py --profile $(PROFILE)
+
+handouts: data
+	PROFILE=$(PROFILE) CHAPTERS="$(CHAPTERS)" $(PY) scripts/handouts.py --profile $(PROFILE)

@@ -12,7 +12,7 @@ import pytest
 from layerlab.core import cache
 from layerlab.core.fingerprints import LIB_DIR, SourceError, layerlab_imports, module_closure, module_fingerprint
 
-FLOORS = {"core": 0, "data": 1, "report": 2, "metrics": 3, "training": 4, "chapters": 5}
+FLOORS = {"core": 0, "data": 1, "report": 2, "metrics": 3, "training": 4, "chapters": 5, "teach": 5}
 # may import anything; nothing but the command line imports them
 TOP_LEVEL = {"layerlab", "layerlab.cli", "layerlab.__main__", "layerlab.doctor"}
 # Which paper each metric module belongs to: modules of one paper never import another paper's.
@@ -49,6 +49,11 @@ def test_import_direction(name):
     for dep in layerlab_imports(f.read_text(), pkg, where=str(f)):
         assert dep not in TOP_LEVEL, f"{name} imports {dep}: library code imports the module it needs, not the root"
         assert _floor(dep) is not None and _floor(dep) <= floor, f"{name} (floor {floor}) imports {dep} from above"
+        # the teaching kit sits beside the chapters (floor 5) and never imports one; no chapter imports it
+        assert not (name.startswith("layerlab.teach") and dep.startswith("layerlab.chapters")), (
+            f"{name} imports the chapter module {dep}: checkers compare with core/metrics, never a chapter")
+        assert not (name.startswith("layerlab.chapters") and dep.startswith("layerlab.teach")), (
+            f"chapter {name} imports the teaching kit {dep}")
         if name.startswith("layerlab.chapters.") and dep.startswith("layerlab.chapters."):
             mine, theirs = name.split(".")[2:3], dep.split(".")[2:3]
             assert not theirs or not mine or mine == theirs, f"chapter {name} imports another chapter: {dep}"
