@@ -137,9 +137,11 @@ def export_deck(nb: nbformat.NotebookNode, target: Path) -> Path:
     from nbconvert import SlidesExporter
 
     exp = SlidesExporter(reveal_url_prefix="reveal.js", require_js_url="require.js/require.js",
-                         exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
-                         reveal_scroll=True, reveal_theme="white")
+                         mathjax_url=MATHJAX, exclude_input=True, exclude_input_prompt=True,
+                         exclude_output_prompt=True, reveal_scroll=True, reveal_theme="white")
     body, _ = exp.from_notebook_node(nb)
+    # nbconvert's template configures MathJax 2; the vendored copy is MathJax 3, which reads window.MathJax
+    body = body.replace(f'<script src="{MATHJAX}">', MATHJAX_CONFIG + f'<script src="{MATHJAX}">', 1)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(body)
@@ -147,11 +149,23 @@ def export_deck(nb: nbformat.NotebookNode, target: Path) -> Path:
     return target
 
 
+MATHJAX = "mathjax/tex-mml-chtml.js"
+"""The decks load MathJax 3 from next to them (the book's vendored copy: ``make assets``), never a CDN."""
+MATHJAX_CONFIG = ("<script>window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], "
+                  "displayMath: [['$$', '$$'], ['\\\\[', '\\\\]']], processEscapes: true}};</script>")
+
+
 def install_assets(output: Path) -> None:
-    """Copy the vendored reveal.js and require.js next to the decks (they load them relatively)."""
+    """Copy the vendored reveal.js, require.js and MathJax next to the decks (they load them relatively)."""
     src = vendor()
     shutil.copytree(src / "reveal.js", output / "reveal.js", dirs_exist_ok=True)
     shutil.copytree(src / "requirejs", output / "require.js", dirs_exist_ok=True)
+    mathjax = src / "mathjax"
+    if not (mathjax / "tex-mml-chtml.js").exists():
+        import vendor_assets  # scripts/vendor_assets.py: MathJax from the npm registry
+
+        vendor_assets.main()
+    shutil.copytree(mathjax, output / "mathjax", dirs_exist_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
