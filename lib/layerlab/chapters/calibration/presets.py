@@ -30,7 +30,7 @@ class Case:
 
 
 CASES: tuple[Case, ...] = (
-    Case(label="residual R2-R6 (documents)", kind="paired", n=6, unit="documents", effect=1.5),
+    Case(label="residual R2-R6 (12 documents)", kind="paired", n=12, unit="documents", effect=1.0),
     Case(label="coupling C6/C7 (3 seeds)", kind="paired", n=3, unit="seeds", effect=2.0),
     Case(label="5 seeds", kind="paired", n=5, unit="seeds", effect=2.0),
     Case(label="8 seeds", kind="paired", n=8, unit="seeds", effect=1.5),
