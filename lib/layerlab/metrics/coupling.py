@@ -283,3 +283,18 @@ def null_coupling(J: Tensor, ks: Sequence[int] = K_DEFAULT, *, seed: int = 0,
         "spectrum": cross_coupling(J_spec, None, ks, rows_svd=spec, cols_svd=spec),
         "rotation": cross_coupling(J, J_rot, ks, rows_svd=S, cols_svd=rot),
     }
+
+
+def distance_profile(mat: Tensor) -> Tensor:
+    """Mean coupling 1 - m over the pairs at each depth distance |l - l'| = 1..L-1 (NaN entries ignored).
+
+    The chance level of m_K depends on K, d, the spectra and on how far apart two blocks are, so a
+    model's profile is read against the same profile of its own spectrum-matched null
+    (:func:`null_coupling`): the excess per distance compares across widths and depths.
+    mat: [..., L, L] m_K matrices. Returns [..., L-1] float64."""
+    L = mat.shape[-1]
+    if L < 2 or mat.shape[-2] != L:
+        raise ValueError(f"distance_profile needs square [..., L, L] matrices with L >= 2, got {tuple(mat.shape)}")
+    i, j = torch.meshgrid(torch.arange(L), torch.arange(L), indexing="ij")
+    c = 1 - mat.double()
+    return torch.stack([torch.nanmean(c[..., (i - j).abs() == k], dim=-1) for k in range(1, L)], dim=-1)
