@@ -209,3 +209,32 @@ def test_combined_null_uses_every_strata_draw():
 def test_result_fields_of_synthetic_match_the_dataclass():
     names = {f.name for f in dataclasses.fields(coupling.CouplingResult)}
     assert {"tokens", "distance", "family", "checkpoints", "locality"} <= names
+
+
+def test_loo_closed_form_equals_refitting():
+    x = np.arange(1, 9, dtype=float)
+    y = np.exp(0.2 * x) * np.exp(0.05 * np.random.default_rng(2).normal(size=8))
+    got = loo_errors(x, y[None])[0]
+    want = []
+    for shape in GROWTH_MODELS.values():
+        errs = []
+        for i in range(8):
+            keep = np.arange(8) != i
+            b, a = np.polyfit(shape.u(x[keep]), shape.v(y[keep]), 1)
+            pred = shape.inv(a + b * shape.u(x[i : i + 1]))
+            errs.append(float(((np.log(np.maximum(pred, y.min() * 1e-3)) - np.log(y[i])) ** 2)[0]))
+        want.append(np.mean(errs))
+    np.testing.assert_allclose(got, want, rtol=1e-9)
+
+
+@pytest.mark.parametrize("label", ["coupling C4 (3 seeds x 6 depths, within-seed)",
+                                   "coupling C9 (16 prompts, held-out growth shape)"])
+def test_new_coupling_designs_are_calibrated(label):
+    """The two designs the coupling chapter adds (members nested in seeds; the growth-shape comparison)
+    at their cpu n: false "supported" <= 5% under the null (with Monte-Carlo slack), some power."""
+    from layerlab.chapters.calibration.presets import CASES
+    from layerlab.report.calibration import calibrate, scenario
+
+    case = next(c for c in CASES if c.label == label)
+    cal = calibrate(Direction(), scenario(case.kind, n=case.n, unit=case.unit, effect=case.effect), n_sims=100)
+    assert cal.calibrated and cal.false_contradicted <= 0.05 and cal.power >= 0.3, cal

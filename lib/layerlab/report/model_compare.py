@@ -7,8 +7,9 @@ cross-validation; Stone 1974, *J. R. Statist. Soc. B* 36, 111-147; Hastie, Tibsh
 *The Elements of Statistical Learning*, sec. 7.10).
 
 * :data:`GROWTH_MODELS`: exponential ``y = a e^{b x}``, linear ``y = a + b x`` and power law
-  ``y = a x^b`` (x > 0), each a two-parameter least-squares fit. Exponential and power law are fitted
-  on ``log y``; the linear model on ``y``. Every model's error is measured on the same scale,
+  ``y = a x^b`` (x > 0), each a two-parameter least-squares line in transformed coordinates
+  (:class:`Shape`; leave-one-out predictions in closed form from the hat matrix). Exponential and power
+  law are fitted on ``log y``; the linear model on ``y``. Every model's error is measured on the same scale,
   ``log y`` (the growth claims are multiplicative), so the three are comparable.
 * :func:`loo_errors`: per unit (prompt, document), the mean squared leave-one-point-out error of each
   model: ``[n_units, n_models]``.
@@ -20,56 +21,48 @@ cross-validation; Stone 1974, *J. R. Statist. Soc. B* 36, 111-147; Hastie, Tibsh
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from layerlab.report.stats import as_numpy
 
-__all__ = ["GROWTH_MODELS", "Fit", "loo_errors", "preference", "winners"]
+__all__ = ["GROWTH_MODELS", "Shape", "loo_errors", "preference", "winners"]
 
-Fit = Callable[[np.ndarray, np.ndarray], Callable[[np.ndarray], np.ndarray]]
-"""A model: ``fit(x, y) -> predict`` where ``predict(x_new)`` returns predicted y (> 0 for growth models)."""
+@dataclass(frozen=True)
+class Shape:
+    """A two-parameter growth shape fitted by least squares as a line ``v(y) = a + b u(x)``;
+    ``inv`` maps a fitted v back to y."""
 
-
-def _line(u: np.ndarray, v: np.ndarray) -> tuple[float, float]:
-    """Least-squares intercept and slope of v on u."""
-    A = np.column_stack([np.ones_like(u), u])
-    (a, b), *_ = np.linalg.lstsq(A, v, rcond=None)
-    return float(a), float(b)
-
-
-def _exponential(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    a, b = _line(x, np.log(y))
-    return lambda t: np.exp(a + b * t)
+    u: Callable[[np.ndarray], np.ndarray]
+    v: Callable[[np.ndarray], np.ndarray]
+    inv: Callable[[np.ndarray], np.ndarray]
 
 
-def _linear(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    a, b = _line(x, y)
-    return lambda t: a + b * t
-
-
-def _power(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    if (x <= 0).any():
-        raise ValueError("the power law y = a x^b needs x > 0 (number layers from 1)")
-    a, b = _line(np.log(x), np.log(y))
-    return lambda t: np.exp(a + b * np.log(t))
-
-
-GROWTH_MODELS: dict[str, Fit] = {"exponential": _exponential, "linear": _linear, "power law": _power}
+GROWTH_MODELS: dict[str, Shape] = {
+    "exponential": Shape(u=lambda x: x, v=np.log, inv=np.exp),  # y = a e^{b x}
+    "linear": Shape(u=lambda x: x, v=lambda y: y, inv=lambda v: v),  # y = a + b x
+    "power law": Shape(u=np.log, v=np.log, inv=np.exp),  # y = a x^b (x > 0)
+}
 """The growth shapes a "grows exponentially" claim must beat (two parameters each)."""
 
 
-def _log_error(pred: np.ndarray, y: np.ndarray, floor: float) -> np.ndarray:
-    """Squared error on log y; a non-positive prediction (a linear fit below zero) is floored."""
-    return (np.log(np.maximum(pred, floor)) - np.log(y)) ** 2
+def _loo_fitted(u: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """Leave-one-out predictions of every point of every row of V ([n_units, n]) from the line fitted
+    to the other points, in closed form: v_i - e_i / (1 - h_ii) with the hat matrix of [1, u]."""
+    A = np.column_stack([np.ones_like(u), u])  # [n, 2]
+    H = A @ np.linalg.solve(A.T @ A, A.T)  # [n, n]
+    E = V - V @ H.T  # residuals of the full fit
+    return V - E / (1 - np.diag(H))[None]
 
 
-def loo_errors(x: Any, ys: Any, models: Mapping[str, Fit] = GROWTH_MODELS) -> np.ndarray:
+def loo_errors(x: Any, ys: Any, models: Mapping[str, Shape] = GROWTH_MODELS) -> np.ndarray:
     """Leave-one-out mean squared error on ``log y`` of each model, per unit.
 
     x: [n_points] (e.g. layer index 1..L, > 0 for the power law); ys: [n_units, n_points] positive
-    values (one curve per prompt). Returns [n_units, len(models)] in the order of ``models``."""
+    values (one curve per prompt). A non-positive prediction (a linear fit below zero) is floored at
+    1e-3 of the unit's smallest value. Returns [n_units, len(models)] in the order of ``models``."""
     x_ = as_numpy(x).ravel()
     Y = as_numpy(ys)
     if Y.ndim == 1:
@@ -80,13 +73,13 @@ def loo_errors(x: Any, ys: Any, models: Mapping[str, Fit] = GROWTH_MODELS) -> np
         raise ValueError(f"loo_errors needs >= 4 points per unit to leave one out of a 2-parameter fit, got {x_.size}")
     if not (np.isfinite(Y).all() and (Y > 0).all()):
         raise ValueError("loo_errors: growth curves must be finite and > 0 (errors are measured on log y)")
+    if (x_ <= 0).any() and any(m is GROWTH_MODELS["power law"] for m in models.values()):
+        raise ValueError("the power law y = a x^b needs x > 0 (number layers from 1)")
+    floor = Y.min(axis=1, keepdims=True) * 1e-3
     out = np.empty((Y.shape[0], len(models)))
-    idx = np.arange(x_.size)
-    for u, y in enumerate(Y):
-        floor = float(y.min()) * 1e-3
-        for m, fit in enumerate(models.values()):
-            errs = [_log_error(fit(x_[idx != i], y[idx != i])(x_[i : i + 1]), y[i : i + 1], floor)[0] for i in idx]
-            out[u, m] = float(np.mean(errs))
+    for m, shape in enumerate(models.values()):
+        pred = shape.inv(_loo_fitted(shape.u(x_), shape.v(Y)))
+        out[:, m] = ((np.log(np.maximum(pred, floor)) - np.log(Y)) ** 2).mean(axis=1)
     return out
 
 
