@@ -108,10 +108,10 @@ class CouplingResult:
         return pd.Series(self.speed)
 
     def checkpoint_table(self) -> pd.DataFrame:
-        return self.checkpoints[["name", "step", "val_nll", self.coupling_col]].round(3)
+        return self.checkpoints[["name", "step", "val_nll", self.coupling_col, f"excess:{self.coupling_col}"]].round(3)
 
     def locality_table(self) -> pd.DataFrame:
-        return self.locality.drop(columns=["per_prompt"]).round(3)
+        return self.locality.drop(columns=["per_prompt", "null"], errors="ignore").round(3)
 
     def vit_table(self) -> pd.DataFrame | None:
         """Step, test accuracy and C_l2 at the last patch token and at CLS, per dataset (None: no ViT ran)."""
@@ -207,9 +207,9 @@ def _compute(P: CouplingPreset, model: torch.nn.Module, tok: Any, prompts: list[
     # the trained family: coupling vs held-out loss, over checkpoints, locality, the Q4_1 control
     fam = cm.family_table(P.family_profile, P.family_prompts, P.family_max_tokens, P.family_ks)
     fcol = f"C_l2@{max(P.family_ks)}"
-    preds = [fcol, "depth", "width", "log10_params"]
-    fstats = cs.predictor_stats(fam, "heldout_nll", preds, seed=P.seed)
-    fc = fstats.set_index("predictor").loc[fcol]
+    preds = [f"excess:{fcol}", "depth", "width", "log10_params"]  # coupling as the excess over own null
+    fstats = cs.predictor_stats(fam, "heldout_nll", preds, seed=P.seed)  # descriptive (pooled members)
+    fc = fstats.set_index("predictor").loc[f"excess:{fcol}"]
     inc = cs.incremental_r2(fam, "heldout_nll", ["final_train_loss"], [fcol], seed=P.seed)
     reg = cs.family_regime(fam)
     numbers.update({"fam_rho": float(fc["spearman"]), "fam_r2": float(fc["R2"]), "fam_n": int(fc["n"]),
