@@ -301,3 +301,10 @@ def test_distance_profile_reads_each_depth_distance():
     assert prof.shape == (L - 1,) and torch.allclose(prof, 1 - 0.1 * torch.arange(1, L).double())
     with pytest.raises(ValueError, match="square"):
         cp.distance_profile(torch.zeros(3, 4))
+
+
+def test_haar_draws_are_reused_unchanged():
+    a = cp.haar_orthogonal(8, n=3, seed=5)
+    assert cp.haar_orthogonal(8, n=3, seed=5) is a and torch.equal(a, cp._haar(8, 3, 5, torch.float64))
+    assert torch.allclose(a @ a.transpose(-1, -2), torch.eye(8, dtype=torch.float64).expand(3, 8, 8), atol=1e-12)
+    assert not torch.equal(cp.haar_orthogonal(8, n=3, seed=6), a)

@@ -238,3 +238,33 @@ def test_new_coupling_designs_are_calibrated(label):
     case = next(c for c in CASES if c.label == label)
     cal = calibrate(Direction(), scenario(case.kind, n=case.n, unit=case.unit, effect=case.effect), n_sims=100)
     assert cal.calibrated and cal.false_contradicted <= 0.05 and cal.power >= 0.3, cal
+
+
+def test_prose_follows_the_numbers():
+    """The sentences that replaced typed conclusions state what their numbers say, one per outcome."""
+    from layerlab.chapters.coupling import prose
+
+    inside = prose.ctr_sentence({"ctr_spec": 0.90, "ctr_trained": 0.91})
+    below = prose.ctr_sentence({"ctr_spec": 0.70, "ctr_trained": 0.72})
+    assert "inside the range" in inside and "reachable with unrelated bases" in inside
+    assert "below the range" in below and "reachable" not in below
+    alike = prose.token_sentence({"tok_init": 0.9, "tok_null": 0.01, "tok_init_null": 0.02})
+    unlike = prose.token_sentence({"tok_init": 0.01, "tok_null": 0.02, "tok_init_null": 0.02})
+    assert "lies above" in alike and "does not exceed" in unlike
+    assert "nearly reproduces" in prose.linearisation_sentence({"lin_t": 0.99})
+    assert "far from linear" in prose.linearisation_sentence({"lin_t": 0.2})
+    assert "far from linear" not in prose.linearisation_sentence({"lin_t": 0.7})
+    assert prose.glue_id("C10 (digits)") == "C10_digits" and prose.glue_id("C3-out") == "C3_out"
+
+
+def test_the_typed_conclusions_are_gone_from_the_page():
+    from pathlib import Path
+
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).parents[1] / "notebooks" / "coupling.ipynb", 4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for typed in ("overstates the effect", "a cosine this far from 1", "can arise without any alignment"):
+        assert typed.lower() not in text.lower(), typed
+    assert "{glue:md} verdict_list" in text and "coupling_key_findings" in text
+    assert "{numref}`fig-coupling-tokens`" in text and ":name: fig-coupling-tokens" in text

@@ -237,8 +237,28 @@ def locality_null(mat: Tensor, n_perm: int = 1000, *, seed: int = 0) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- nulls (spec section 5)
+_HAAR_CACHE: dict[tuple[int, int, int, torch.dtype], Tensor] = {}
+_HAAR_CACHE_BYTES = 512 * 2**20  # keep draws up to this size (d = 576, n = 90 in float64: 239 MB)
+
+
 def haar_orthogonal(d: int, *, n: int = 1, seed: int = 0, dtype: torch.dtype = torch.float64) -> Tensor:
-    """n Haar-random orthogonal d x d matrices (QR of a Gaussian with the sign fix of Mezzadri 2007)."""
+    """n Haar-random orthogonal d x d matrices (QR of a Gaussian with the sign fix of Mezzadri 2007).
+
+    The draw is a deterministic function of (d, n, seed, dtype); draws up to 512 MB are kept in memory
+    and returned again (read-only: callers never modify them), because every prompt of a run uses the
+    same null seed and the QR of n d x d matrices costs more than the coupling itself."""
+    key = (d, n, seed, dtype)
+    if key in _HAAR_CACHE:
+        return _HAAR_CACHE[key]
+    Q = _haar(d, n, seed, dtype)
+    if Q.numel() * Q.element_size() <= _HAAR_CACHE_BYTES:
+        if len(_HAAR_CACHE) >= 4:
+            _HAAR_CACHE.pop(next(iter(_HAAR_CACHE)))
+        _HAAR_CACHE[key] = Q
+    return Q
+
+
+def _haar(d: int, n: int, seed: int, dtype: torch.dtype) -> Tensor:
     g = torch.Generator().manual_seed(seed)
     Z = torch.randn(n, d, d, generator=g, dtype=torch.float64).to(dtype)  # same draw for every dtype
     Q, R = torch.linalg.qr(Z)

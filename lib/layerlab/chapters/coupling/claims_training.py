@@ -192,7 +192,8 @@ def _fig1a(r: Any) -> Claim:
     return across_settings(
         id="C4-Fig1a", claim=text, paper="R^2 = 0.80 (28 LLMs)", tag="paper", ks=r.preset.ks,
         rule=Direction(direction="greater"), null="permutation of the models (rho 0)",
-        note="Spearman over the models with a read-off leaderboard average",
+        note="Spearman over the models with a read-off leaderboard average; raw scalars (the gpu run of the "
+        "paper's models computes no per-model null)",
         evidence=lambda col: correlation(known[col], known["leaderboard_avg"], unit="models"))
 
 

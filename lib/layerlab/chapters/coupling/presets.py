@@ -78,7 +78,9 @@ PRESETS: dict[str, CouplingPreset] = {
         locality_filter={"depth": 3}, quant_filter={"depth": 3},
         vit=(ViTConfig(d_model=16, n_layers=3, steps=30, n_checkpoints=3),), vit_images=2, vit_ks=(4, 8)),
     "cpu": CouplingPreset(
-        model="smollm2-135m", n_prompts=16, max_tokens=64, ks=(10, 30, 50), init_seeds=(0, 1, 2),
+        # 16 prompts with nulls (C1), 6 of them shared with 2 random-init twins (C2/C3/C8 need >= 6 paired
+        # prompts: the exact sign-flip test's smallest p is 2^-n); was 3 twins x 2 prompts, 4 prompts with nulls
+        model="smollm2-135m", n_prompts=16, max_tokens=64, ks=(10, 30, 50), init_seeds=(0, 1),
         n_init_prompts=6, n_null=16, panel_layers=tuple(range(8, 16)), token_layers=(12, 13), n_tokens=12,
         family_profile="cpu", family_prompts=4, family_max_tokens=64, family_ks=(5, 10, 20),
         checkpoint_filter={"depth": 4, "width": 64, "lr": 3e-3},
