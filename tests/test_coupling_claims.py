@@ -268,3 +268,15 @@ def test_the_typed_conclusions_are_gone_from_the_page():
         assert typed.lower() not in text.lower(), typed
     assert "{glue:md} verdict_list" in text and "coupling_key_findings" in text
     assert "{numref}`fig-coupling-tokens`" in text and ":name: fig-coupling-tokens" in text
+
+
+def test_excess_table_is_compact_and_rounded():
+    from layerlab.chapters.coupling import prose
+
+    r = synthetic(1.0)
+    r.trained.loc[:, [f"spectrum:{c}" for c in COLS]] = 0.0
+    r.trained.loc[:, COLS] = r.trained[[f"excess:{c}" for c in COLS]].to_numpy()
+    t = prose.excess_table(r)
+    assert list(t["setting"]) == ["K=8, ℓ2", "K=8, trace", "K=4, ℓ2", "K=4, trace"]
+    assert (t["excess, trained"] == t["trained"]).all() and (t.drop(columns="setting").round(3) == t.drop(
+        columns="setting")).all().all()

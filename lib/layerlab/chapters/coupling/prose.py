@@ -71,7 +71,10 @@ def excess_table(r: Any) -> pd.DataFrame:
                      "its null": r.trained[f"spectrum:{col}"].mean(),
                      "excess, trained": r.trained[f"excess:{col}"].mean(),
                      "excess, random init": r.init[f"excess:{col}"].mean()})
-    return pd.DataFrame(rows).round(3) + 0.0  # + 0.0: no "-0.000"
+    df = pd.DataFrame(rows)
+    num = df.columns.drop("setting")
+    df[num] = df[num].round(3) + 0.0  # + 0.0: no "-0.000"
+    return df
 
 
 def prose_glue(r: Any, rows: list[Claim]) -> dict[str, Any]:
