@@ -162,9 +162,17 @@ def test_prompt_result_and_summary_on_tiny_model():
     assert torch.diagonal(r["m"][:, :, 0], dim1=-2, dim2=-1).abs().max() < 1e-5  # m_K(J, J) = 0
     # authors_compat changes only the last block's Jacobian: pairs among blocks 0..L-2 are identical
     assert torch.allclose(r["m_compat"][..., :-1, :-1], r["m"][..., :-1, :-1])
-    assert -1 <= float(r["lin_cos"]) <= 1
     df = cr.summarise({"per_prompt": [r, r], "label": "tiny", "ks": (4, 8)})
     assert len(df) == 2 and {"C_l2@8", "spectrum:C_l2@8", "compat:C_tr@4", "lss_median", "step_slope"} <= set(df)
+    # the excess is over the prompt's own spectrum-matched null, at the same K and normalisation
+    assert df["excess:C_tr@4"].iloc[0] == pytest.approx(df["C_tr@4"].iloc[0] - df["spectrum:C_tr@4"].iloc[0])
+    # the coupling matrices come from float64 SVDs even for a float32 model
+    m32 = cr.prompt_result(tiny_model("llama", dtype=torch.float32), ids, (4,), nulls=False)["m"]
+    J64 = cr.jac.frozen_context_jacobians(tiny_model("llama", dtype=torch.float32), ids).double()
+    assert torch.allclose(m32, cp.cross_coupling(J64, None, (4,)).m.float(), rtol=0, atol=0, equal_nan=True)
+    # the distance profile of the excess: one value per depth distance, 0 for a model against itself
+    dx = cr.distance_excess({"per_prompt": [dict(r, m_spectrum=r["m"])], "ks": (4, 8)}, 8)
+    assert dx.shape == (1, L - 1) and dx.abs().max() == 0
 
 
 def test_predictor_stats_and_incremental_r2():
@@ -275,9 +283,28 @@ def test_run_smoke_is_cached_whole_and_drives_claims_and_plots(monkeypatch):
     pd.testing.assert_frame_equal(a.trained, b.trained)
     rows = coupling.claims(b)
     assert [c.id for c in rows][:2] == ["C1", "C2"] and rows[-1].id == "S1"
-    assert set(coupling.verdict_glue(rows)) == {f"verdict_{c.id}" for c in rows}
+    assert set(coupling.verdict_glue(rows)) == {f"verdict_{c.id}" for c in rows} | {"verdict_list"}
+    assert len({c.id for c in rows}) == len(rows) and {"C3", "C5", "C6", "C10 (digits)", "C11", "C12", "S1",
+                                                        "C4-Fig1a", "C6-Pythia"} <= {c.id for c in rows}
     assert {"K_max", "c_trained", "fam_rho", "loc_mid", "q_diff", "tok_self"} <= set(b.numbers)
     for name in ("fig_depth_matrices", "fig_panels", "fig_tokens", "fig_trajectories", "fig_family",
                  "fig_checkpoints", "fig_locality", "fig_vit"):
         plt.close(getattr(coupling.plots, name)(b))
     assert coupling.plots.fig_pythia(b) is None and b.pythia_table() is None and len(b.fig1a_table()) == 28
+
+
+def test_distance_profile_reads_each_depth_distance():
+    L = 6
+    i, j = torch.meshgrid(torch.arange(L), torch.arange(L), indexing="ij")
+    m = (0.1 * (i - j).abs()).double()  # 1 - m falls by 0.1 per unit of depth distance
+    prof = cp.distance_profile(m)
+    assert prof.shape == (L - 1,) and torch.allclose(prof, 1 - 0.1 * torch.arange(1, L).double())
+    with pytest.raises(ValueError, match="square"):
+        cp.distance_profile(torch.zeros(3, 4))
+
+
+def test_haar_draws_are_reused_unchanged():
+    a = cp.haar_orthogonal(8, n=3, seed=5)
+    assert cp.haar_orthogonal(8, n=3, seed=5) is a and torch.equal(a, cp._haar(8, 3, 5, torch.float64))
+    assert torch.allclose(a @ a.transpose(-1, -2), torch.eye(8, dtype=torch.float64).expand(3, 8, 8), atol=1e-12)
+    assert not torch.equal(cp.haar_orthogonal(8, n=3, seed=6), a)

@@ -237,8 +237,28 @@ def locality_null(mat: Tensor, n_perm: int = 1000, *, seed: int = 0) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- nulls (spec section 5)
+_HAAR_CACHE: dict[tuple[int, int, int, torch.dtype], Tensor] = {}
+_HAAR_CACHE_BYTES = 512 * 2**20  # keep draws up to this size (d = 576, n = 90 in float64: 239 MB)
+
+
 def haar_orthogonal(d: int, *, n: int = 1, seed: int = 0, dtype: torch.dtype = torch.float64) -> Tensor:
-    """n Haar-random orthogonal d x d matrices (QR of a Gaussian with the sign fix of Mezzadri 2007)."""
+    """n Haar-random orthogonal d x d matrices (QR of a Gaussian with the sign fix of Mezzadri 2007).
+
+    The draw is a deterministic function of (d, n, seed, dtype); draws up to 512 MB are kept in memory
+    and returned again (read-only: callers never modify them), because every prompt of a run uses the
+    same null seed and the QR of n d x d matrices costs more than the coupling itself."""
+    key = (d, n, seed, dtype)
+    if key in _HAAR_CACHE:
+        return _HAAR_CACHE[key]
+    Q = _haar(d, n, seed, dtype)
+    if Q.numel() * Q.element_size() <= _HAAR_CACHE_BYTES:
+        if len(_HAAR_CACHE) >= 4:
+            _HAAR_CACHE.pop(next(iter(_HAAR_CACHE)))
+        _HAAR_CACHE[key] = Q
+    return Q
+
+
+def _haar(d: int, n: int, seed: int, dtype: torch.dtype) -> Tensor:
     g = torch.Generator().manual_seed(seed)
     Z = torch.randn(n, d, d, generator=g, dtype=torch.float64).to(dtype)  # same draw for every dtype
     Q, R = torch.linalg.qr(Z)
@@ -283,3 +303,18 @@ def null_coupling(J: Tensor, ks: Sequence[int] = K_DEFAULT, *, seed: int = 0,
         "spectrum": cross_coupling(J_spec, None, ks, rows_svd=spec, cols_svd=spec),
         "rotation": cross_coupling(J, J_rot, ks, rows_svd=S, cols_svd=rot),
     }
+
+
+def distance_profile(mat: Tensor) -> Tensor:
+    """Mean coupling 1 - m over the pairs at each depth distance |l - l'| = 1..L-1 (NaN entries ignored).
+
+    The chance level of m_K depends on K, d, the spectra and on how far apart two blocks are, so a
+    model's profile is read against the same profile of its own spectrum-matched null
+    (:func:`null_coupling`): the excess per distance compares across widths and depths.
+    mat: [..., L, L] m_K matrices. Returns [..., L-1] float64."""
+    L = mat.shape[-1]
+    if L < 2 or mat.shape[-2] != L:
+        raise ValueError(f"distance_profile needs square [..., L, L] matrices with L >= 2, got {tuple(mat.shape)}")
+    i, j = torch.meshgrid(torch.arange(L), torch.arange(L), indexing="ij")
+    c = 1 - mat.double()
+    return torch.stack([torch.nanmean(c[..., (i - j).abs() == k], dim=-1) for k in range(1, L)], dim=-1)

@@ -124,3 +124,62 @@ def scenario(kind: str, *, n: int, unit: str, effect: float, sd: float = 1.0, n_
                         n=n, unit=unit, effect_size=f"fall {effect:g}", null=curves(0.0), effect=curves(effect),
                         evidence=ev)
     raise ValueError(f"unknown scenario kind {kind!r}: use 'paired', 'correlation' or 'peak_drop'")
+
+
+# --------------------------------------------------------------------------------------------------
+# Scenario kinds added for the coupling chapter (appended; :func:`scenario` dispatches to them first).
+_base_scenario = scenario
+
+
+def _stratified_scenario(*, n: int, unit: str, effect: float, n_strata: int = 3) -> Scenario:
+    """``n`` members in ``n_strata`` seeds (n // n_strata each). Null: within a seed x and y are
+    independent, but each seed shifts both (the pseudo-replication trap of pooling members); effect:
+    within-seed correlation ``effect``. Evidence: :func:`layerlab.report.stratified.stratified_correlation`."""
+    from layerlab.report.stratified import stratified_correlation
+
+    per = n // n_strata
+    strata = np.repeat(np.arange(n_strata), per)
+
+    def draw(rho: float) -> Callable[[np.random.Generator], Any]:
+        def f(r: np.random.Generator) -> np.ndarray:
+            shift = np.repeat(r.normal(0.0, 3.0, n_strata), per)
+            x = r.normal(size=per * n_strata)
+            y = rho * x + np.sqrt(1 - rho**2) * r.normal(size=per * n_strata)
+            return np.stack([x + shift, y + shift])
+        return f
+    return Scenario(name=f"within-seed Spearman, {n_strata} seeds x {per}", n=n_strata, unit=f"{unit} ({per} each)",
+                    effect_size=f"rho {effect:g} within seeds", null=draw(0.0), effect=draw(effect),
+                    evidence=lambda d, s: stratified_correlation(d[0], d[1], strata, unit=unit, seed=s, n_perm=1000))
+
+
+def _growth_scenario(*, n: int, unit: str, effect: float, n_depths: int = 30, sd: float = 0.1,
+                     margin: float = float(np.log(1.2))) -> Scenario:
+    """Per-unit step-norm curves over ``n_depths`` blocks with log-normal noise ``sd``. Null: linear
+    growth from 1 to the same end value as the effect's; effect: exponential growth at rate ``effect``
+    per block. Evidence: the mean over units of log(best competitor's / exponential's leave-one-out
+    error) minus ``margin`` (:mod:`layerlab.report.model_compare`; "exponential wins clearly")."""
+    from layerlab.report.model_compare import GROWTH_MODELS, loo_errors, preference
+
+    x = np.arange(1, n_depths + 1, dtype=np.float64)
+    exp_curve = np.exp(effect * (x - 1))
+    lin_curve = 1 + (exp_curve[-1] - 1) * (x - 1) / (n_depths - 1)
+
+    def draw(curve: np.ndarray) -> Callable[[np.random.Generator], Any]:
+        return lambda r: curve[None] * np.exp(sd * r.normal(size=(n, n_depths)))
+
+    def ev(d: np.ndarray, s: int) -> Evidence:
+        pref = preference(loo_errors(x, d), list(GROWTH_MODELS), "exponential")
+        return mean_effect(pref - margin, unit=unit, seed=s, n_perm=2000)
+    return Scenario(name=f"exponential vs linear / power law, {n_depths} depths, held out", n=n, unit=unit,
+                    effect_size=f"growth {effect:g} per block", null=draw(lin_curve), effect=draw(exp_curve),
+                    evidence=ev)
+
+
+def scenario(kind: str, *, n: int, unit: str, effect: float, **kw: Any) -> Scenario:  # noqa: F811
+    """:func:`_base_scenario` plus "stratified_correlation" (C4: members nested in seeds) and
+    "growth_compare" (C9: exponential vs linear / power law by held-out error)."""
+    if kind == "stratified_correlation":
+        return _stratified_scenario(n=n, unit=unit, effect=effect)
+    if kind == "growth_compare":
+        return _growth_scenario(n=n, unit=unit, effect=effect)
+    return _base_scenario(kind, n=n, unit=unit, effect=effect, **kw)

@@ -21,7 +21,7 @@ class Case:
     """One design to calibrate (see the module docstring)."""
 
     label: str  # where the design is used, e.g. "residual R2-R6"
-    kind: str  # "paired" | "correlation" | "peak_drop"
+    kind: str  # "paired" | "correlation" | "peak_drop" | "stratified_correlation" | "growth_compare"
     n: int
     unit: str
     effect: float
@@ -40,6 +40,17 @@ CASES: tuple[Case, ...] = (
     Case(label="peak then drop, held-out peak", kind="peak_drop", n=16, unit="documents", effect=0.3),
     Case(label="peak then drop, same-data peak", kind="peak_drop", n=16, unit="documents", effect=0.3,
          held_out=False, expect_calibrated=False),
+    # coupling chapter at its cpu n (16 prompts with nulls, 6 prompts shared with the random-init twins,
+    # 3 seeds x 6 depths in the family's depth sweep, 6 members in the Q4_1 control, 19 Fig. 1a models on gpu)
+    Case(label="coupling C1 (16 prompts, excess over own null)", kind="paired", n=16, unit="prompts", effect=1.0),
+    Case(label="coupling C2/C3/C8 (6 shared prompts, paired)", kind="paired", n=6, unit="prompts", effect=1.5),
+    Case(label="coupling C4 (3 seeds x 6 depths, within-seed)", kind="stratified_correlation", n=18, unit="seeds",
+         effect=0.6),
+    Case(label="coupling C5/C6/C12 (3 seeds)", kind="paired", n=3, unit="seeds", effect=2.0),
+    Case(label="coupling C9 (16 prompts, held-out growth shape)", kind="growth_compare", n=16, unit="prompts",
+         effect=0.09),
+    Case(label="coupling Q1 (6 family members)", kind="paired", n=6, unit="members", effect=1.5),
+    Case(label="coupling C4-Fig1a (19 models, gpu)", kind="correlation", n=19, unit="models", effect=0.8),
 )
 """The designs of the book, at the chapters' real n (``cpu`` profile)."""
 

@@ -55,6 +55,7 @@ def prompt_result(model: torch.nn.Module, ids: Tensor, ks: tuple[int, ...], *, n
     t0 = time.perf_counter()
     J = jac.frozen_context_jacobians(model, ids)  # [L, d, d], model dtype (fp32 runs, spec 3.8)
     seconds = time.perf_counter() - t0
+    J = J.double()  # every SVD and coupling matrix in float64, whatever the model's dtype
     S = cp.svd(J)
     out = {"m": cp.cross_coupling(J, None, ks, rows_svd=S).m.float()}
     d = J.shape[-1]
@@ -65,13 +66,13 @@ def prompt_result(model: torch.nn.Module, ids: Tensor, ks: tuple[int, ...], *, n
     out["lss"] = tr.line_shape_score(x).float()
     out["delta"] = tr.steps(x[-1]).norm(dim=-1).float()
     out["norms"] = x[-1].norm(dim=-1).float()
-    out["lin_cos"] = torch.tensor([tr.linearisation_cosine(J.double(), x[-1, 0], x[-1, -1])])
+    out["lin_cos"] = torch.tensor([tr.linearisation_cosine(J, x[-1, 0], x[-1, -1])])
     out["seconds"] = torch.tensor([seconds])
     if nulls:
         nm = cp.null_coupling(J, ks, seed=null_seed, svd_J=S)
         out["m_spectrum"], out["m_rotation"] = nm["spectrum"].m.float(), nm["rotation"].m.float()
         Jc = J.clone()
-        Jc[-1] = jac.frozen_context_jacobians(model, ids, layers=[J.shape[0] - 1], authors_compat=True)[0]
+        Jc[-1] = jac.frozen_context_jacobians(model, ids, layers=[J.shape[0] - 1], authors_compat=True)[0].double()
         out["m_compat"] = cp.cross_coupling(Jc, None, ks).m.float()
     return out
 
@@ -105,6 +106,9 @@ def summarise(run: dict[str, Any], aggregation: str = "offdiag") -> pd.DataFrame
                 s = cp.scalar_summaries(cp.CouplingMatrices(r[name].double(), ks), aggregation)
                 prefix = "" if name == "m" else name[2:] + ":"
                 row.update({prefix + k: v for k, v in s.items()})
+        if "m_spectrum" in r:  # the excess over the prompt's own spectrum-matched null (same K, d, spectrum)
+            row.update({f"excess:{c}@{k}": row[f"{c}@{k}"] - row[f"spectrum:{c}@{k}"]
+                        for c in ("C_l2", "C_tr", "C_sq") for k in ks})
         m50 = cp.CouplingMatrices(r["m"].double(), ks).get(max(ks))
         row["neighbour_ratio"] = cp.neighbour_ratio(m50) if m50.shape[0] > 2 else float("nan")
         row["lss_last"] = float(r["lss"][-1])
@@ -125,6 +129,17 @@ def mean_matrix(run: dict[str, Any], k: int, norm: str = "norm", name: str = "m"
     ks = run["ks"]
     mats = [cp.CouplingMatrices(r[name].double(), ks).get(k, norm) for r in run["per_prompt"] if name in r]
     return 1 - torch.stack(mats).mean(0)
+
+
+def distance_excess(run: dict[str, Any], k: int, norm: str = "norm") -> Tensor:
+    """Per prompt, the coupling 1 - m_K at each depth distance minus that of the prompt's own
+    spectrum-matched null (:func:`layerlab.metrics.coupling.distance_profile`): [P, L-1] float64 over
+    the prompts that have the null."""
+    ks = run["ks"]
+    rows = [cp.distance_profile(cp.CouplingMatrices(r["m"].double(), ks).get(k, norm))
+            - cp.distance_profile(cp.CouplingMatrices(r["m_spectrum"].double(), ks).get(k, norm))
+            for r in run["per_prompt"] if "m_spectrum" in r]
+    return torch.stack(rows) if rows else torch.empty(0, 0, dtype=torch.float64)
 
 
 # ---------------------------------------------------------------------------- panels / tokens
@@ -164,6 +179,10 @@ def token_run(model: torch.nn.Module, ids: Tensor, layer_pair: tuple[int, int], 
     I1 = jac.input_token_jacobians(model, ids, T[0], l1).double()  # [len(T), d, d] over t2
     I2 = jac.input_token_jacobians(model, ids, T[0], l2).double()
     out["in_m"] = cp.cross_coupling(I1, I2, ks).m.float()
+    for name, (A, B) in {"out_null_m": (O1, O2), "in_null_m": (I1, I2)}.items():  # spectrum-matched nulls
+        nA = cp.spectrum_matched_null(cp.svd(A).s, seed=null_seed + 1)
+        nB = cp.spectrum_matched_null(cp.svd(B).s, seed=null_seed + 2)
+        out[name] = cp.cross_coupling(nA, nB, ks).m.float()
     return out
 
 

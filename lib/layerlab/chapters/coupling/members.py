@@ -21,6 +21,7 @@ from layerlab.core import jacobians as jac
 from layerlab.core.cache import cached_json, cached_tensors, fingerprint
 from layerlab.metrics import coupling as cp
 from layerlab.metrics import trajectories as tr
+from layerlab.report.inference import mean_effect
 
 # Cache keys: this module's source closure plus the model loader.
 _SOURCES = (__name__, "layerlab.core.models")
@@ -49,12 +50,19 @@ def _member_row(m: Any, step: int | None, prompts: list[Tensor], ks: tuple[int, 
 def member_coupling(model: torch.nn.Module, prompts: list[Tensor], ks: tuple[int, ...],
                     jacobians: Tensor | None = None) -> dict[str, float]:
     """Prompt-mean scalar summaries, LSS and spacing of one (small) model; ``jacobians``
-    [P, L, d, d] (from :func:`member_jacobians`) skips recomputing the block Jacobians."""
+    [P, L, d, d] (from :func:`member_jacobians`) skips recomputing the block Jacobians. Every scalar
+    ``C_*@K`` comes with its spectrum-matched null (``null:C_*@K``, the member's own spectra, so the
+    chance level of its K, d and depth) and the excess over it (``excess:C_*@K``), which is what
+    compares across widths and depths."""
     rows = []
     for i, ids in enumerate(prompts):
         J = jacobians[i] if jacobians is not None else jac.frozen_context_jacobians(model, ids).double()
-        cm = cp.cross_coupling(J, None, ks)
+        S = cp.svd(J)
+        cm = cp.cross_coupling(J, None, ks, rows_svd=S)
         row = cp.scalar_summaries(cm)
+        null = cp.scalar_summaries(cp.null_coupling(J, ks, seed=i, svd_J=S)["spectrum"])
+        row.update({f"null:{c}": v for c, v in null.items()})  # the member's own spectrum-matched null
+        row.update({f"excess:{c}": row[c] - v for c, v in null.items()})
         if J.shape[0] > 2:
             row["neighbour_ratio"] = cp.neighbour_ratio(cm.get(max(ks)))
         x = jac.block_trajectory(model, ids).double()
@@ -133,12 +141,11 @@ def locality_run(profile: str, filters: dict, n_prompts: int, max_tokens: int, k
                  n_perm: int = 1000, seed: int = 0) -> tuple[pd.DataFrame, dict[tuple[int, int], Tensor]]:
     """Layer locality over training (spec 4.3 and the C7 test of section 5) for the family members
     matching ``filters``, at every checkpoint: :func:`layerlab.metrics.coupling.locality` of the prompt-mean
-    matrix with a bootstrap CI over prompts and a permutation-null p-value over layer order.
+    matrix with a t-interval over prompts and a permutation-null p-value over layer order.
 
     Returns (rows: name, seed, step, val_nll, C_l2, locality, low, high, p_perm, neighbour_ratio,
-    per_prompt (list of per-prompt locality values);
+    per_prompt (list of per-prompt locality values), null (the ``n_perm`` layer-order null draws);
     {(seed, step): prompt-mean m_K [L, L]} for the circle graphs)."""
-    from layerlab.report.stats import bootstrap_ci
     from layerlab.training.family import get_family
 
     fam = get_family(profile)
@@ -156,13 +163,14 @@ def locality_run(profile: str, filters: dict, n_prompts: int, max_tokens: int, k
             mean = M.mean(0)
             obs = cp.locality(mean)
             per_prompt = np.array([cp.locality(x) for x in M])
-            ci = bootstrap_ci(per_prompt, seed=seed)
+            ci = mean_effect(per_prompt, unit="prompts", seed=seed)  # t-interval: few prompts, no bootstrap
             null = cp.locality_null(mean, n_perm, seed=seed)
             off = ~torch.eye(mean.shape[0], dtype=torch.bool)
             rows.append({"name": m.name, "seed": m.seed, "step": step, "val_nll": val.get(step, float("nan")),
                          "C_l2": float(1 - mean[off].mean()), "locality": obs, "low": ci.low, "high": ci.high,
                          "p_perm": float((1 + (null >= obs).sum()) / (1 + n_perm)),
-                         "neighbour_ratio": cp.neighbour_ratio(mean), "per_prompt": per_prompt.tolist()})
+                         "neighbour_ratio": cp.neighbour_ratio(mean), "per_prompt": per_prompt.tolist(),
+                         "null": null.tolist()})
             mats[(m.seed, step)] = mean
     return pd.DataFrame(rows), mats
 
@@ -172,10 +180,9 @@ def quantisation_control(profile: str, filters: dict, n_prompts: int, max_tokens
                          seed: int = 0, min_depth: int = 2) -> pd.DataFrame:
     """Coupling change caused by the SmolLM2 GGUF's quantisation (spec 5, "Quantisation"): each
     family member matching ``filters`` (final weights) before and after :func:`layerlab.metrics.quant.gguf_roundtrip`,
-    on the same prompts. Per member: C_l2@k of both, the paired difference with a bootstrap CI over
+    on the same prompts. Per member: C_l2@k of both, the paired difference with a t-interval over
     prompts, the relative weight change and the held-out NLL of both."""
     from layerlab.metrics.quant import gguf_roundtrip, relative_error
-    from layerlab.report.stats import bootstrap_ci
     from layerlab.training.family import get_family
     from layerlab.training.train import eval_nll
 
@@ -201,7 +208,7 @@ def quantisation_control(profile: str, filters: dict, n_prompts: int, max_tokens
         off = ~torch.eye(L, dtype=torch.bool)
         c0 = (1 - r["orig"][:, off].mean(-1)).numpy()  # [P] per-prompt C_l2
         c1 = (1 - r["quant"][:, off].mean(-1)).numpy()
-        ci = bootstrap_ci(c1 - c0, seed=seed)
+        ci = mean_effect(c1 - c0, unit="prompts", seed=seed)  # paired over the same prompts; t-interval
         rows.append({"name": m.name, "depth": m.depth, "width": m.width, "seed": m.seed,
                      "C_l2": float(c0.mean()), "C_l2_q4_1": float(c1.mean()), "diff": ci.estimate,
                      "diff_low": ci.low, "diff_high": ci.high, "rel_weight_change": float(r["rel_err"][0]),

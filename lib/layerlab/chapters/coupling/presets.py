@@ -46,6 +46,7 @@ class CouplingPreset(Preset):
     panel_layers: tuple[int, ...]  # consecutive blocks of the |A| grid
     token_layers: tuple[int, int]  # layer pair of the token-wise analysis
     n_tokens: int  # token-wise grid size
+    n_context_prompts: int = 1  # prompts with context (cross-token) Jacobians: a full-sequence pass each
     family_profile: str  # layerlab.training.family profile
     family_prompts: int
     family_max_tokens: int
@@ -71,13 +72,16 @@ def fig1a_table() -> pd.DataFrame:
 PRESETS: dict[str, CouplingPreset] = {
     "smoke": CouplingPreset(
         model="tiny-llama", n_prompts=3, max_tokens=24, ks=(4, 8, 16), init_seeds=(0, 1), n_init_prompts=2,
-        n_null=2, panel_layers=(0, 1, 2, 3), token_layers=(1, 2), n_tokens=5, family_profile="smoke",
+        n_null=3, n_context_prompts=2, panel_layers=(0, 1, 2, 3), token_layers=(1, 2), n_tokens=5,
+        family_profile="smoke",
         family_prompts=2, family_max_tokens=24, family_ks=(4, 8), checkpoint_filter={"depth": 2, "width": 32},
         locality_filter={"depth": 3}, quant_filter={"depth": 3},
         vit=(ViTConfig(d_model=16, n_layers=3, steps=30, n_checkpoints=3),), vit_images=2, vit_ks=(4, 8)),
     "cpu": CouplingPreset(
-        model="smollm2-135m", n_prompts=16, max_tokens=64, ks=(10, 30, 50), init_seeds=(0, 1, 2),
-        n_init_prompts=2, n_null=4, panel_layers=tuple(range(8, 16)), token_layers=(12, 13), n_tokens=12,
+        # 16 prompts with nulls (C1), 6 of them shared with 2 random-init twins (C2/C3/C8 need >= 6 paired
+        # prompts: the exact sign-flip test's smallest p is 2^-n); was 3 twins x 2 prompts, 4 prompts with nulls
+        model="smollm2-135m", n_prompts=16, max_tokens=64, ks=(10, 30, 50), init_seeds=(0, 1),
+        n_init_prompts=6, n_null=16, panel_layers=tuple(range(8, 16)), token_layers=(12, 13), n_tokens=12,
         family_profile="cpu", family_prompts=4, family_max_tokens=64, family_ks=(5, 10, 20),
         checkpoint_filter={"depth": 4, "width": 64, "lr": 3e-3},
         locality_filter={"depth": 12, "width": 64, "lr": 3e-3}, quant_filter={"width": 64, "lr": 3e-3, "seed": 0},

@@ -16,7 +16,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
@@ -54,8 +53,11 @@ class CouplingResult:
     authors' endpoints and the twins; ``depth_matrices``: title -> prompt-mean 1 - m_K [L, L] (trained,
     first twin, spectrum null); ``panels``: {"trained", "random init"} -> |U_j^T J_i V_j| [n, n, K, K] on the
     demo prompt. Token-wise: ``token_grids`` title -> 1 - m_K [T, T] of the first prompt (diagonal of the
-    self grid NaN), ``token_positions``, and per-prompt self-coupling ``tokens`` {"self", "self_null",
-    "self_init"}. Trajectories: ``step_norms``/``top_sv`` {"trained", "random init"} -> per-prompt [L]
+    self grid NaN), ``token_positions``, and per-prompt token-wise scalars ``tokens`` (one DataFrame per
+    key: "self", "self_null", "self_init", "self_init_null", and context coupling "out", "out_null", "in",
+    "in_null" on the prompts that have it). ``distance``: {"trained", "random init"} -> per-prompt
+    excess of 1 - m_K over the own spectrum null at each depth distance [P, L-1].
+    Trajectories: ``step_norms``/``top_sv`` {"trained", "random init"} -> per-prompt [L]
     curves, ``pca_coords`` [n, L+1, 2] and ``pca_ratio`` [2] of the demo prompt, ``lss`` (the
     :data:`LSS_COLUMNS` means). Family: ``family`` (one row per member), ``family_stats``
     (:func:`~layerlab.chapters.coupling.stats.predictor_stats` of held-out NLL on ``predictors``),
@@ -79,7 +81,7 @@ class CouplingResult:
     panels: dict[str, Tensor]
     token_grids: dict[str, Tensor]
     token_positions: list[int]
-    tokens: dict[str, list[float]]
+    tokens: dict[str, pd.DataFrame]
     step_norms: dict[str, list[Tensor]]
     top_sv: dict[str, list[Tensor]]
     pca_coords: Tensor
@@ -100,15 +102,16 @@ class CouplingResult:
     fig1a_stats: pd.DataFrame | None = None
     pythia: pd.DataFrame | None = None
     numbers: dict[str, Any] = field(default_factory=dict)
+    distance: dict[str, Tensor] = field(default_factory=dict)
 
     def speed_table(self) -> pd.Series:
         return pd.Series(self.speed)
 
     def checkpoint_table(self) -> pd.DataFrame:
-        return self.checkpoints[["name", "step", "val_nll", self.coupling_col]].round(3)
+        return self.checkpoints[["name", "step", "val_nll", self.coupling_col, f"excess:{self.coupling_col}"]].round(3)
 
     def locality_table(self) -> pd.DataFrame:
-        return self.locality.drop(columns=["per_prompt"]).round(3)
+        return self.locality.drop(columns=["per_prompt", "null"], errors="ignore").round(3)
 
     def vit_table(self) -> pd.DataFrame | None:
         """Step, test accuracy and C_l2 at the last patch token and at CLS, per dataset (None: no ViT ran)."""
@@ -162,9 +165,11 @@ def _compute(P: CouplingPreset, model: torch.nn.Module, tok: Any, prompts: list[
     # depth-wise coupling: the trained model, its random-init twins and the nulls
     trained = cd.depth_run(model, prompts, P.ks, label=P.model, n_null=P.n_null)
     init_runs = [cd.depth_run(_init_model(P, s), prompts[: P.n_init_prompts], P.ks, label=f"{P.model}-init{s}",
-                              n_null=0) for s in P.init_seeds]
+                              n_null=P.n_init_prompts) for s in P.init_seeds]  # each twin against its own null
     df_t = cd.summarise(trained)
-    df_i = pd.concat([cd.summarise(r) for r in init_runs], ignore_index=True)
+    df_i = pd.concat([cd.summarise(r).assign(seed=s) for s, r in zip(P.init_seeds, init_runs, strict=True)],
+                     ignore_index=True)
+    distance = {"trained": cd.distance_excess(trained, K), "random init": cd.distance_excess(init_runs[0], K)}
     depth_matrices = {"trained": cd.mean_matrix(trained, K),
                       f"random init, seed {P.init_seeds[0]}": cd.mean_matrix(init_runs[0], K),
                       "spectrum-matched null": cd.mean_matrix(trained, K, name="m_spectrum")}
@@ -181,14 +186,19 @@ def _compute(P: CouplingPreset, model: torch.nn.Module, tok: Any, prompts: list[
     panels = {name: cd.depth_panels(mdl, demo, list(P.panel_layers), K).cpu()
               for name, mdl in [("trained", model), ("random init", m0)]}
     tok_prompts = prompts[: max(2, P.n_init_prompts)]
-    tok_runs = cd.token_runs(model, tok_prompts, P.model, P.token_layers, P.n_tokens, P.ks)
+    tok_runs = cd.token_runs(model, tok_prompts, P.model, P.token_layers, P.n_tokens, P.ks,
+                             n_context=P.n_context_prompts)
     tok_init = cd.token_runs(m0, tok_prompts, f"{P.model}/init{P.init_seeds[0]}", P.token_layers, P.n_tokens,
                              P.ks, n_context=0)
-    tokens = {"self": _self_coupling(tok_runs, "self_m", P.ks, col),
-              "self_null": _self_coupling(tok_runs, "self_null_m", P.ks, col),
-              "self_init": _self_coupling(tok_init, "self_m", P.ks, col)}
-    numbers.update({"tok_self": float(np.mean(tokens["self"])), "tok_null": float(np.mean(tokens["self_null"])),
-                    "tok_init": float(np.mean(tokens["self_init"]))})
+    tokens = {"self": _self_coupling(tok_runs, "self_m", P.ks),
+              "self_null": _self_coupling(tok_runs, "self_null_m", P.ks),
+              "self_init": _self_coupling(tok_init, "self_m", P.ks),
+              "self_init_null": _self_coupling(tok_init, "self_null_m", P.ks),
+              "out": _self_coupling(tok_runs, "out_m", P.ks), "out_null": _self_coupling(tok_runs, "out_null_m", P.ks),
+              "in": _self_coupling(tok_runs, "in_m", P.ks), "in_null": _self_coupling(tok_runs, "in_null_m", P.ks)}
+    numbers.update({"tok_self": float(tokens["self"][col].mean()), "tok_null": float(tokens["self_null"][col].mean()),
+                    "tok_init": float(tokens["self_init"][col].mean()),
+                    "tok_init_null": float(tokens["self_init_null"][col].mean()), "tok_n": len(tokens["self"])})
     coords, ratio = tr.trajectory_pca(jac.block_trajectory(model, demo).double())
     lss = pd.DataFrame({"trained": df_t[LSS_COLUMNS].mean(), "random init": df_i[LSS_COLUMNS].mean()})
     numbers.update({"lss_t": float(df_t["lss_median"].mean()), "lss_i": float(df_i["lss_median"].mean()),
@@ -197,14 +207,15 @@ def _compute(P: CouplingPreset, model: torch.nn.Module, tok: Any, prompts: list[
     # the trained family: coupling vs held-out loss, over checkpoints, locality, the Q4_1 control
     fam = cm.family_table(P.family_profile, P.family_prompts, P.family_max_tokens, P.family_ks)
     fcol = f"C_l2@{max(P.family_ks)}"
-    preds = [fcol, "depth", "width", "log10_params"]
-    fstats = cs.predictor_stats(fam, "heldout_nll", preds, seed=P.seed)
-    fc = fstats.set_index("predictor").loc[fcol]
+    preds = [f"excess:{fcol}", "depth", "width", "log10_params"]  # coupling as the excess over own null
+    fstats = cs.predictor_stats(fam, "heldout_nll", preds, seed=P.seed)  # descriptive (pooled members)
+    fc = fstats.set_index("predictor").loc[f"excess:{fcol}"]
     inc = cs.incremental_r2(fam, "heldout_nll", ["final_train_loss"], [fcol], seed=P.seed)
-    numbers.update({"fam_rho": float(fc["spearman"]), "fam_rho_lo": float(fc["spearman_low"]),
-                    "fam_rho_hi": float(fc["spearman_high"]), "fam_r2": float(fc["R2"]), "fam_n": int(fc["n"]),
+    reg = cs.family_regime(fam)
+    numbers.update({"fam_rho": float(fc["spearman"]), "fam_r2": float(fc["R2"]), "fam_n": int(fc["n"]),
                     "fam_steps": int(fam["steps"].max()), "inc_gain": float(inc["gain"]),
-                    "inc_lo": float(inc["gain_low"]), "inc_hi": float(inc["gain_high"])})
+                    "fam_regime": reg["regime"], "fam_sigma": float(reg["sigma"]),
+                    "fam_kept": ", ".join(str(d) for d in reg["kept"]) or "none"})
     ck = cm.checkpoint_table(P.family_profile, P.checkpoint_filter, P.family_prompts, P.family_max_tokens,
                              P.family_ks)
     loc, loc_mats = cm.locality_run(P.family_profile, P.locality_filter, P.family_prompts, P.family_max_tokens,
@@ -232,7 +243,7 @@ def _compute(P: CouplingPreset, model: torch.nn.Module, tok: Any, prompts: list[
         pca_coords=coords.cpu(), pca_ratio=ratio.cpu(), lss=lss, predictors=preds, family=fam,
         family_stats=fstats, incremental=inc, checkpoints=ck, locality=loc, locality_mats=loc_mats,
         locality_shown=shown, quant=qc, vit_rows=vit_rows, vit_skipped=vit_skipped, fig1a=fig1a,
-        fig1a_stats=fig1a_stats, pythia=_pythia(P, K), numbers=numbers,
+        fig1a_stats=fig1a_stats, pythia=_pythia(P, K), numbers=numbers, distance=distance,
     )
 
 
@@ -246,9 +257,12 @@ def _robust_table(P: CouplingPreset, df_t: pd.DataFrame, df_i: pd.DataFrame) -> 
     return pd.DataFrame(rows).T
 
 
-def _self_coupling(runs: list[dict[str, Tensor]], key: str, ks: tuple[int, ...], col: str) -> list[float]:
-    """Per prompt: the scalar ``col`` of the token-wise matrix ``key`` (C_l2 over the token grid)."""
-    return [cp.scalar_summaries(cp.CouplingMatrices(t[key].double(), ks))[col] for t in runs]
+def _self_coupling(runs: list[dict[str, Tensor]], key: str, ks: tuple[int, ...]) -> pd.DataFrame:
+    """One row per prompt that has the token-wise matrix ``key``: every scalar (C_l2, C_tr, C_sq at
+    every K) over the token grid, with the prompt's index."""
+    rows = [{"prompt": i, **cp.scalar_summaries(cp.CouplingMatrices(t[key].double(), ks))}
+            for i, t in enumerate(runs) if key in t]
+    return pd.DataFrame(rows, columns=["prompt"] + [f"{c}@{k}" for k in ks for c in ("C_tr", "C_l2", "C_sq")])
 
 
 def _token_grids(t0: dict[str, Tensor], ks: tuple[int, ...], k: int, layers: tuple[int, int]) -> dict[str, Tensor]:
