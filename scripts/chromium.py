@@ -106,11 +106,21 @@ class Page:
         """A full-page PNG at the current viewport width."""
         metrics = self.send("Page.getLayoutMetrics")
         size = metrics.get("cssContentSize") or metrics["contentSize"]
-        clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 30000), "scale": 1}
-        reply = self.send("Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True})
+        height = int(min(size["height"], 30000))
+        # lay the page out at its full height, so sticky sidebars are drawn whole, then restore
+        self._metrics(self.browser.width, height)
+        clip = {"x": 0, "y": 0, "width": self.browser.width, "height": height, "scale": 1}
+        try:
+            reply = self.send("Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True})
+        finally:
+            self._metrics(self.browser.width, self.browser.height)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(reply["data"]))
         return path
+
+    def _metrics(self, width: int, height: int) -> None:
+        self.send("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
 
     def pdf(self, path: Path, *, paper: tuple[float, float] = (8.27, 11.69), margin_in: float = 0.5) -> Path:
         """Print the page (print media, backgrounds kept) to an A4 PDF."""
@@ -217,8 +227,7 @@ class Browser:
         page = Page(self, session, target)
         page.send("Page.enable")
         page.send("Runtime.enable")
-        page.send("Emulation.setDeviceMetricsOverride",
-                  {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False})
+        page._metrics(self.width, self.height)
         return page
 
     def close(self) -> None:

@@ -71,7 +71,7 @@ def build_pdf(html_dir: Path, output: Path, toc_path: Path = ROOT / "_toc.yml", 
             first = len(writer.pages)
             for p in reader.pages:
                 writer.add_page(p)
-            writer.add_outline_item(title, first)
+            writer.add_outline_item(title=title, page_number=first)
             titles.append(title)
             log(f"[pdf] {path.relative_to(html_dir)}: {len(reader.pages)} page(s), maths {mathjax}")
     writer.add_metadata({"/Title": "layerlab: how transformer layers differ", "/Creator": "scripts/pdf.py"})
