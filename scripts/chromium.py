@@ -17,6 +17,7 @@ with the network (MathJax from a CDN) shows that here as it would on a reader's 
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import select
@@ -68,6 +69,12 @@ def find_chromium() -> str | None:
         if path:
             return path
     return None
+
+
+def _above_ten(fd: int) -> int:
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(fd)
+    return high
 
 
 class Page:
@@ -149,6 +156,8 @@ class Browser:
         self._profile = tempfile.mkdtemp(prefix="layerlab-chromium-")
         to_chrome_r, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome_w = os.pipe()
+        # the child's ends above 10, so that the shell's 3<& / 4>& redirections cannot clobber them
+        to_chrome_r, from_chrome_w = _above_ten(to_chrome_r), _above_ten(from_chrome_w)
         args = [
             exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
             "--no-default-browser-check", "--disable-extensions", "--hide-scrollbars", "--mute-audio",
@@ -157,8 +166,8 @@ class Browser:
         ]
         if offline:
             args.append("--host-resolver-rules=MAP * ~NOTFOUND")
-        # the shell puts our pipe ends on the descriptors Chromium reads (3) and writes (4)
-        cmd = ["sh", "-c", f'exec "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}', "sh", *args, "about:blank"]
+        # bash (dash takes no descriptor above 9) puts our pipe ends on Chromium's fds 3 (in) and 4 (out)
+        cmd = ["bash", "-c", f'exec "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}', "bash", *args, "about:blank"]
         self._log = open(Path(self._profile) / "chromium.log", "wb")  # never a pipe: it would fill up
         self.proc = subprocess.Popen(
             cmd, pass_fds=(to_chrome_r, from_chrome_w), stdin=subprocess.DEVNULL,
