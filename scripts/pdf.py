@@ -35,7 +35,11 @@ PRINT_CSS = """
   .bd-container__inner { max-width: 100% !important; width: 100% !important; margin: 0 !important;
     padding-left: 0 !important; padding-right: 0 !important; }
   a { text-decoration: none !important; }
-  figure, table, .cell_output img, mjx-container[display="true"] { break-inside: avoid; }
+  figure, .cell_output img, mjx-container[display="true"] { break-inside: avoid; }
+  /* tables fit the sheet: cells wrap anywhere rather than push the last (verdict) column off the page */
+  table { max-width: 100% !important; font-size: 78% !important; }
+  th, td { overflow-wrap: break-word; hyphens: auto; }
+  tr { break-inside: avoid; }
   h1, h2, h3 { break-after: avoid; }
   html, body { background: white !important; }
 }
@@ -50,6 +54,24 @@ INJECT_JS = f"""
 """
 
 
+WIDE_TABLES_JS = """
+[...document.querySelectorAll('article table, main table')]
+  .filter(t => t.getBoundingClientRect().width > (t.closest('article, main') || document.body).clientWidth + 1)
+  .map(t => ((t.closest('[id]') || {}).id || 'table') + ' ' + Math.round(t.getBoundingClientRect().width) + ' px')
+"""
+
+
+def _overflowing_tables(page, width_px: int) -> list[str]:
+    """Tables wider than the printed text column, measured in print media at the sheet's width."""
+    page.send("Emulation.setEmulatedMedia", {"media": "print"})
+    page._metrics(width_px, page.browser.height)
+    try:
+        return page.evaluate(WIDE_TABLES_JS)
+    finally:
+        page.send("Emulation.setEmulatedMedia", {"media": ""})
+        page._metrics(page.browser.width, page.browser.height)
+
+
 def build_pdf(html_dir: Path, output: Path, toc_path: Path = ROOT / "_toc.yml", *, log=print) -> dict:
     """Print every toc page of ``html_dir`` and merge them into ``output``; return a summary."""
     from pypdf import PdfReader, PdfWriter
@@ -60,12 +82,17 @@ def build_pdf(html_dir: Path, output: Path, toc_path: Path = ROOT / "_toc.yml", 
         raise SystemExit(f"no built pages of {toc_path} under {html_dir}: build the book first (`make book`)")
     writer = PdfWriter()
     titles: list[str] = []
+    overflow: dict[str, list[str]] = {}
+    paper_px = int((8.27 - 2 * 0.5) * 96)  # A4 less the margins, in CSS pixels
     t0 = time.perf_counter()
     with Browser(width=1100) as browser, tempfile.TemporaryDirectory(prefix="layerlab-pdf-") as tmp:
         page = browser.new_page()
         for i, path in enumerate(pages):
             mathjax = page.open(path)
             title = page.evaluate(INJECT_JS) or path.stem
+            wide = _overflowing_tables(page, paper_px)
+            if wide:
+                overflow[str(path.relative_to(html_dir))] = wide
             part = page.pdf(Path(tmp) / f"{i:03d}.pdf")
             reader = PdfReader(io.BytesIO(part.read_bytes()))
             first = len(writer.pages)
@@ -81,7 +108,10 @@ def build_pdf(html_dir: Path, output: Path, toc_path: Path = ROOT / "_toc.yml", 
         writer.write(fh)
     tmp_out.replace(output)
     summary = {"pdf": str(output), "pages": len(writer.pages), "html_pages": len(pages), "titles": titles,
+               "overflowing_tables": overflow,
                "seconds": round(time.perf_counter() - t0, 1)}
+    for name, tables in overflow.items():
+        log(f"[pdf] WARNING {name}: table(s) wider than the sheet, clipped in print: {', '.join(tables)}")
     log(f"[pdf] {output}: {summary['pages']} pages from {len(pages)} HTML pages in {summary['seconds']} s")
     return summary
 

@@ -237,16 +237,25 @@ def test_built_chapter_pages_launch_the_source_notebooks(tmp_path_factory):
         assert (ROOT / "notebooks" / f"{name}.ipynb").exists()
 
 
-@pytest.mark.slow
-def test_pdf_of_the_smoke_book(tmp_path_factory, tmp_path):
+_PDF: dict[str, dict] = {}
+
+
+def _smoke_pdf(tmp_path_factory) -> dict:
+    """scripts/pdf.py's summary of this session's smoke-book PDF (printed once)."""
     require_chromium()
+    if "summary" not in _PDF:
+        pdf = load_script("pdf")
+        out = tmp_path_factory.getbasetemp() / "smoke-pdf" / "layerlab.pdf"
+        _PDF["summary"] = pdf.build_pdf(smoke_book(tmp_path_factory), out, log=lambda *_: None)
+    return _PDF["summary"]
+
+
+@pytest.mark.slow
+def test_pdf_of_the_smoke_book(tmp_path_factory):
     from pypdf import PdfReader
 
-    pdf = load_script("pdf")
-    html = smoke_book(tmp_path_factory)
-    out = tmp_path / "layerlab.pdf"
-    summary = pdf.build_pdf(html, out, log=lambda *_: None)
-    reader = PdfReader(str(out))
+    summary = _smoke_pdf(tmp_path_factory)
+    reader = PdfReader(summary["pdf"])
     assert len(reader.pages) == summary["pages"] > 0
     text = _norm(" ".join(p.extract_text() or "" for p in reader.pages))
     outline = [_norm(o.title) for o in reader.outline]
@@ -255,3 +264,9 @@ def test_pdf_of_the_smoke_book(tmp_path_factory, tmp_path):
         assert title in text, f"chapter {name}: title {title!r} not in the PDF text"
         assert title in outline, f"chapter {name}: no bookmark {title!r} ({outline})"
     assert len(outline) == summary["html_pages"]
+
+
+@pytest.mark.slow
+def test_pdf_tables_fit_the_sheet(tmp_path_factory):
+    """No table is wider than the printed text column (it would be clipped, as the verdict column was)."""
+    assert not _smoke_pdf(tmp_path_factory)["overflowing_tables"]
