@@ -6,6 +6,7 @@ test_notebooks or test_book is not executed again; only the Jupyter Book HTML bu
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,17 @@ _BUILT: dict[str, Path] = {}
 
 
 def smoke_book(tmp_path_factory) -> Path:
-    """The HTML dir of this session's smoke build of the whole book (built on first use)."""
+    """The HTML dir of this session's smoke build of the whole book (built on first use).
+
+    ``LAYERLAB_SMOKE_HTML=<dir>`` reuses a smoke book built beforehand (``scripts/build_book.py
+    --profile smoke --output <out>``, then ``<out>/_build/html``): for iterating on the page checks.
+    """
+    reuse = os.environ.get("LAYERLAB_SMOKE_HTML")
+    if reuse:
+        html = Path(reuse)
+        if not (html / "index.html").exists():
+            pytest.fail(f"LAYERLAB_SMOKE_HTML={reuse} holds no built book (no index.html)")
+        return html
     if "html" not in _BUILT:
         bb = load_build_book()
         out = tmp_path_factory.getbasetemp() / "smoke-book"

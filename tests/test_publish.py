@@ -8,6 +8,7 @@ import copy
 import re
 import subprocess
 import sys
+import unicodedata
 
 import nbformat
 import pytest
@@ -39,6 +40,8 @@ def _norm(text: str) -> str:
     for a, b in (("\u2019", "'"), ("\u2018", "'"), ("\u201c", '"'), ("\u201d", '"'), ("\u2013", "-"),
                  ("\u2014", "-"), ("\u2011", "-")):
         text = text.replace(a, b)
+    text = unicodedata.normalize("NFKC", text)  # the PDF's ligatures (ﬀ, ﬁ) as letters
+    text = re.sub(r"-\s+", "-", text)  # a title broken after a hyphen (SmolLM2-\n135M)
     return re.sub(r"\s+", " ", text).strip()
 
 
