@@ -195,3 +195,27 @@ def test_the_checks_catch_each_defect(tmp_path):
         "broken internal link",
     }, found
     assert len(found["broken internal link"]) == 2
+
+
+def _tiny_book(root: Path) -> tuple[Path, Path]:
+    """A two-page 'built book' and its toc, for the scripts' own tests."""
+    html = root / "html"
+    (html / "book").mkdir(parents=True)
+    (html / "book" / "intro.html").write_text("<html><head><title>Intro</title></head><body><article "
+                                              "class='bd-article'><h1>The intro page</h1></article></body></html>")
+    (html / "book" / "two.html").write_text("<html><body><article class='bd-article'><h1>Second page</h1>"
+                                            "<p>text</p></article></body></html>")
+    toc = root / "_toc.yml"
+    toc.write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/two\n  - file: book/not_built\n")
+    return html, toc
+
+
+def test_screenshots_writes_one_png_per_built_page(tmp_path):
+    require_chromium()
+    shots = load_script("screenshots")
+    html, toc = _tiny_book(tmp_path)
+    pngs = shots.take(html, tmp_path / "shots", toc, width=800, log=lambda *_: None)
+    assert [p.name for p in pngs] == ["book-intro.png", "book-two.png"]  # toc order, unbuilt entry left out
+    for p in pngs:
+        head = p.read_bytes()[:24]
+        assert head[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(head[16:20], "big") == 800

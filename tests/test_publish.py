@@ -273,3 +273,18 @@ def test_pdf_of_the_smoke_book(tmp_path_factory):
 def test_pdf_tables_fit_the_sheet(tmp_path_factory):
     """No table is wider than the printed text column (it would be clipped, as the verdict column was)."""
     assert not _smoke_pdf(tmp_path_factory)["overflowing_tables"]
+
+
+def test_pdf_merges_the_built_pages_in_toc_order(tmp_path):
+    require_chromium()
+    from pypdf import PdfReader
+    from test_browser import _tiny_book
+
+    pdf = load_script("pdf")
+    html, toc = _tiny_book(tmp_path)
+    summary = pdf.build_pdf(html, tmp_path / "out" / "book.pdf", toc, log=lambda *_: None)
+    reader = PdfReader(summary["pdf"])
+    assert summary["html_pages"] == 2 and len(reader.pages) == summary["pages"] >= 2
+    assert [o.title for o in reader.outline] == ["The intro page", "Second page"]
+    assert "Second page" in reader.pages[-1].extract_text()
+    assert not list((tmp_path / "out").glob(".*.tmp")), "written atomically"
