@@ -91,3 +91,21 @@ slides: data
 
 handouts: data
 	PROFILE=$(PROFILE) CHAPTERS="$(CHAPTERS)" $(PY) scripts/handouts.py --profile $(PROFILE)
+
+# ---- out of the browser (README "PDF"): the built book printed by headless Chromium
+# `make browser` installs Debian's chromium when it is missing (as root; otherwise it says how).
+PDF ?= _build/pdf/layerlab.pdf
+.PHONY: browser pdf screenshots
+
+browser:
+	@for b in chromium chromium-browser google-chrome; do command -v $$b >/dev/null 2>&1 && exit 0; done; \
+	  { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	      echo "browser: installing Debian's chromium"; \
+	      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null; \
+	    else echo "browser: no chromium; install it (Debian: apt-get install -y chromium)" >&2; exit 1; fi; }
+
+pdf: book browser
+	$(PY) scripts/pdf.py --html _build/html --output $(PDF)
+
+screenshots: book browser
+	$(PY) scripts/screenshots.py --html _build/html --output _build/screenshots

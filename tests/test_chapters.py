@@ -56,8 +56,11 @@ def test_chapter_protocol(name):
 
 
 def _code_cells(path: Path):
+    """Code cells, without the generated Colab/Binder set-up cell (tag ``launch-setup``: written by
+    scripts/setup_cell.py, checked by tests/test_publish.py)."""
     nb = nbformat.read(path, as_version=4)
-    return [c for c in nb.cells if c.cell_type == "code"]
+    return [c for c in nb.cells
+            if c.cell_type == "code" and "launch-setup" not in c.get("metadata", {}).get("tags", [])]
 
 
 def _parse(src: str) -> ast.AST:
