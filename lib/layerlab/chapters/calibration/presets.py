@@ -21,7 +21,7 @@ class Case:
     """One design to calibrate (see the module docstring)."""
 
     label: str  # where the design is used, e.g. "residual R2-R6"
-    kind: str  # "paired" | "correlation" | "peak_drop"
+    kind: str  # "paired" | "correlation" | "peak_drop" | "sequential"
     n: int
     unit: str
     effect: float
@@ -40,6 +40,8 @@ CASES: tuple[Case, ...] = (
     Case(label="peak then drop, held-out peak", kind="peak_drop", n=16, unit="documents", effect=0.3),
     Case(label="peak then drop, same-data peak", kind="peak_drop", n=16, unit="documents", effect=0.3,
          held_out=False, expect_calibrated=False),
+    Case(label="anatomy adaptive token budget (looks at 8, 16, 32 documents)", kind="sequential", n=32,
+         unit="documents", effect=0.6),
 )
 """The designs of the book, at the chapters' real n (``cpu`` profile)."""
 
