@@ -101,39 +101,40 @@ def r2_over_splits(stacks: dict[str, torch.Tensor], null_stacks: dict[str, torch
 
 
 # ---------------------------------------------------------------- finding 2: ablation
-def run_ablation(preset: AnatomyPreset, model, tokenizer) -> dict[str, ablation.EvalResult]:
-    """AB1–AB4 sweeps: primary operators on the large protocol, all operators on the subset and on the
-    10 sentences; prefix-cached; cached on disk. Returns {"large", "small", "sentences"} EvalResults."""
+def run_ablation(preset: AnatomyPreset, model, tokenizer) -> tuple[pd.DataFrame, dict]:
+    """AB1–AB4 profiles: the primary operators on the adaptive budget (protocol "large", 256-token
+    windows), the secondary ones on short windows (protocol "small"), all of the preset's sentence
+    operators on the 10 sentences (protocol "sentences", bootstrap over sentences). Returns (profile,
+    extras): extras["large"/"small"] from :func:`layerlab.chapters.anatomy.budget.adaptive_profile`,
+    extras["sentences"] the sentences' EvalResult."""
+    from layerlab.chapters.anatomy import budget
+
     calib = windows(preset, tokenizer, "validation", preset.calib_tokens)
     mc = ablation.mean_contributions(model, calib.input_ids, batch_size=preset.batch_size)
-    out = {}
-    large = windows(preset, tokenizer, "test", preset.ablation_tokens)
-    small = windows(preset, tokenizer, "test", preset.ablation_tokens_small, seed=preset.seed + 1)
+    big, ex_big = budget.adaptive_profile(preset, model, tokenizer, PRIMARY_OPS, window=preset.window,
+                                          windows_per_doc=preset.budget_windows, max_looks=len(preset.budget_docs),
+                                          protocol="large", force=preset.budget_force)
+    small, ex_small = budget.adaptive_profile(preset, model, tokenizer, SECONDARY_OPS,
+                                              window=preset.budget_window_small,
+                                              windows_per_doc=preset.budget_windows_small,
+                                              max_looks=preset.budget_looks_small, protocol="small", mean_contrib=mc)
     _, sent = sentence_ids(preset, tokenizer, seed=preset.seed)
-    jobs = {"large": (large.input_ids, PRIMARY_OPS, large.fingerprint()),
-            "small": (small.input_ids, SECONDARY_OPS, small.fingerprint()),
-            "sentences": (sent, tuple(preset.sentence_ops), [s.tolist() for s in sent])}
-    for name, (ids, ops, fp) in jobs.items():
-        def compute(ids=ids, ops=ops):
-            t0 = time.perf_counter()
-            res = ablation.evaluate_interventions(
-                model, ids, ablation.sweep_interventions(model, ops, mean_contrib=mc),
-                batch_size=preset.batch_size, geometry=True)
-            res.meta["seconds"] = time.perf_counter() - t0
-            return res.to_dict()
-        out[name] = ablation.EvalResult.from_dict(
-            cached_json("anatomy-ablation", _key(preset, name, text=fp, calib=calib.fingerprint()), compute))
-    return out
 
+    def compute():
+        t0 = time.perf_counter()
+        res = ablation.evaluate_interventions(model, sent, ablation.sweep_interventions(
+            model, tuple(preset.sentence_ops), mean_contrib=mc), batch_size=preset.batch_size, geometry=True)
+        res.meta["seconds"] = time.perf_counter() - t0
+        return res.to_dict()
 
-def ablation_profile(results: dict[str, ablation.EvalResult], preset: AnatomyPreset) -> pd.DataFrame:
-    """Effect table (ΔNLL, ΔPPL%, CIs, tier) of every operator × layer × protocol."""
-    frames = []
-    for proto, res in results.items():
-        t = ablation.effect_table(res, n_boot=preset.n_boot, seed=preset.seed)
-        t["protocol"] = proto
-        frames.append(t)
-    return pd.concat(frames, ignore_index=True)
+    key = _key(preset, "sentences", text=[s.tolist() for s in sent], calib=calib.fingerprint())
+    sres = ablation.EvalResult.from_dict(cached_json("anatomy-ablation", key, compute))
+    st = ablation.effect_table(sres, n_boot=preset.n_boot, seed=preset.seed)
+    st["protocol"] = "sentences"
+    st["n_docs"] = len(sent)
+    st["n_tokens"] = sres.n_tokens
+    profile = pd.concat([big, small, st], ignore_index=True)
+    return profile, {"large": ex_big, "small": ex_small, "sentences": sres}
 
 
 # ---------------------------------------------------------------- weight generation and manipulation
@@ -200,12 +201,19 @@ def manipulation_table(res: ablation.EvalResult, preset: AnatomyPreset) -> pd.Da
 
 # ---------------------------------------------------------------- finding 3: recovery
 def run_recovery(preset: AnatomyPreset, model, tokenizer) -> list[recovery.RecoveryCurve]:
-    """Perturb-and-fine-tune runs on the preset's layers, plus the σ = 0 control; train split for
-    fine-tuning, validation split for evaluation (document-disjoint from each other and from the test text)."""
+    """Perturb-and-fine-tune runs on the preset's layers, plus the σ = 0 control; fine-tuning on train
+    documents outside the ablation pool, evaluation on the validation split (document-disjoint from each
+    other and from every evaluated text)."""
     from layerlab.core import arch
 
     L = arch.view(model).n_layers
-    train = windows(preset, tokenizer, "train", preset.recovery_train_tokens, window=preset.recovery_window)
+    from layerlab.chapters.anatomy import budget
+
+    _, rec_docs = budget.pool_windows(preset, tokenizer, window=preset.window)  # train documents outside the pool
+    every = windows(preset, tokenizer, "train", None, window=preset.recovery_window)
+    keep = np.flatnonzero([d in set(rec_docs) for d in every.doc_ids])
+    n_keep = min(len(keep), max(1, -(-preset.recovery_train_tokens // every.n_scored)))
+    train = every.subset(np.sort(np.random.default_rng(preset.seed).choice(keep, n_keep, replace=False)))
     ev = windows(preset, tokenizer, "validation", preset.recovery_eval_tokens, window=preset.recovery_window)
     runs = [(layer, s, k, sc, seed) for layer in preset.recovery_layers if layer < L for s in preset.recovery_sigmas
             for k in preset.recovery_kinds for sc in preset.recovery_scopes for seed in preset.recovery_seeds]

@@ -15,8 +15,8 @@ from layerlab.chapters.anatomy.presets import PRIMARY_OPS, SECONDARY_OPS
 from layerlab.chapters.anatomy.run import AnatomyResult
 from layerlab.report.plots import FIGSIZE, layer_axis, use_style
 
-__all__ = ["ablation_figure", "alpha_figure", "delta_figure", "r2_figure", "recovery_figure", "replacement_figure",
-           "use_style"]
+__all__ = ["ablation_figure", "alpha_figure", "budget_figure", "delta_figure", "r2_figure", "recovery_figure",
+           "replacement_figure", "use_style"]
 
 
 def delta_figure(r: AnatomyResult):
@@ -132,4 +132,28 @@ def alpha_figure(r: AnatomyResult, target: str = "redundant"):
     ax.set_ylabel("ΔPPL %")
     ax.set_title(f"scaling the {target} layers")
     ax.legend()
+    return fig
+
+
+def budget_figure(r: AnatomyResult):
+    """Held-out tokens spent per layer by the adaptive budget (one bar group per operator), with the
+    documents behind each interval on the right axis."""
+    prof = r.ablation[r.ablation.protocol.isin(("large", "small"))]
+    ops = list(dict.fromkeys(prof.op))
+    fig, ax = plt.subplots(figsize=FIGSIZE["wide"])
+    width = 0.8 / max(len(ops), 1)
+    for i, op in enumerate(ops):
+        t = prof[prof.op == op].sort_values("layer")
+        ax.bar(t.layer + (i - (len(ops) - 1) / 2) * width, t.n_tokens, width=width, label=op)
+    ax.set_yscale("log")
+    ax.set_ylabel("held-out tokens scored")
+    layer_axis(ax, r.n_layers)
+    ax2 = ax.twinx()
+    big = prof[prof.protocol == "large"].groupby("layer").n_docs.max()
+    ax2.plot(big.index, big.to_numpy(), "k.", label="documents (primary operators)")
+    ax2.set_ylabel("documents")
+    ax2.set_ylim(0, max(float(big.max()) * 1.1, 1))
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, ncol=3, fontsize="small", loc="upper left")
     return fig
