@@ -75,10 +75,14 @@ def run_weights(preset: AnatomyPreset, model, null_model) -> dict:
     out["predictability"] = predictability.predictability_table(stacks, null_stacks, seed=preset.seed,
                                                                 n_shuffles=preset.n_shuffles)
     out["r2_splits"] = r2_over_splits(stacks, null_stacks, n_splits=preset.n_shuffles)
+    out["r2_loo"] = r2_leave_one_out(stacks, null_stacks, shuffled)
     if preset.model == "smollm2-135m":
+        from layerlab.metrics.quant import gguf_roundtrip
+
         q = weights.gguf_error_table()
         out["quant"] = q
         out["quant_delta"] = weights.delta_energy_table(model, q)
+        out["delta_null_q"], _ = weights.delta_table(gguf_roundtrip(null_model, embeddings=False), seed=preset.seed)
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -97,6 +101,24 @@ def r2_over_splits(stacks: dict[str, torch.Tensor], null_stacks: dict[str, torch
                     rows.append({"component": comp, "model": name, "split": split, "predictor": p,
                                  "level": predictability.gram_r2(g, p, train, held),
                                  "innov": predictability.gram_r2(gi, p, train, held)})
+    return pd.DataFrame(rows)
+
+
+def r2_leave_one_out(stacks: dict[str, torch.Tensor], null_stacks: dict[str, torch.Tensor],
+                     shuffled: dict[str, torch.Tensor], *, predictor: str = "P1") -> pd.DataFrame:
+    """Level and innovation R² of ``predictor`` for every layer l >= 2 held out alone (fitted on all the
+    others): one value per layer, the unit of A1's interval; for the real stack, N1 and N2 (shuffled)."""
+    rows = []
+    for comp, st in stacks.items():
+        for name, s in (("real", st), ("N1", null_stacks[comp]), ("N2", shuffled[comp])):
+            g = predictability.gram(s)
+            L = s.shape[0]
+            for layer in range(2, L):
+                train = [i for i in range(L) if i != layer]
+                rows.append({"component": comp, "model": name, "layer": layer,
+                             "level": predictability.gram_r2(g, predictor, train, [layer]),
+                             "innov": predictability.gram_r2(predictability.innovation_gram(g, train), predictor,
+                                                             train, [layer])})
     return pd.DataFrame(rows)
 
 
@@ -140,8 +162,11 @@ def run_ablation(preset: AnatomyPreset, model, tokenizer) -> tuple[pd.DataFrame,
 # ---------------------------------------------------------------- weight generation and manipulation
 def run_replacement(preset: AnatomyPreset, model, tokenizer) -> ablation.EvalResult:
     """Predicted-weight replacement (teacher and generated modes) and matched-norm random controls."""
-    w = windows(preset, tokenizer, "test", preset.replacement_tokens, seed=preset.seed + 2)
+    from layerlab.chapters.anatomy import budget
     from layerlab.core import arch
+
+    ids, groups = budget.doc_sample(preset, tokenizer, preset.replacement_tokens, window=preset.sample_window,
+                                    seed=preset.seed + 2)
 
     L = arch.view(model).n_layers
     ks = tuple(k for k in preset.replacement_ks if k < L)
@@ -152,12 +177,13 @@ def run_replacement(preset: AnatomyPreset, model, tokenizer) -> ablation.EvalRes
         ivs = predictability.replacement_interventions(model, ks=ks, single=single)
         gen = predictability.replacement_interventions(model, ks=ks, mode="generated")
         gen = [ablation.Intervention("gen-" + iv.name, iv.start, iv.context) for iv in gen]
-        res = ablation.evaluate_interventions(model, w.input_ids, ivs + gen, batch_size=preset.batch_size)
+        res = ablation.evaluate_interventions(model, ids, ivs + gen, batch_size=preset.batch_size)
         res.meta["seconds"] = time.perf_counter() - t0
+        res.groups = groups
         return res.to_dict()
 
-    return ablation.EvalResult.from_dict(cached_json("anatomy-replacement", _key(preset, "replacement",
-                                                                                 text=w.fingerprint()), compute))
+    key = _key(preset, "replacement", text=ids.tolist())
+    return ablation.EvalResult.from_dict(cached_json("anatomy-replacement", key, compute))
 
 
 def manipulation_configs(preset: AnatomyPreset) -> dict[str, dict]:
@@ -177,18 +203,23 @@ def run_manipulation(preset: AnatomyPreset, model, tokenizer, redundant: list[in
 
     L = arch.view(model).n_layers
     targets = {f"L{layer}": [layer] for layer in preset.manip_single if layer < L}
-    targets.update({"redundant": list(redundant), "all": list(range(L))})
-    w = windows(preset, tokenizer, "test", preset.manip_tokens, seed=preset.seed + 3)
+    targets.update({"spread": [x for x in preset.manip_spread if x < L], "redundant": list(redundant),
+                    "all": list(range(L))})
+    from layerlab.chapters.anatomy import budget
+
+    ids, groups = budget.doc_sample(preset, tokenizer, preset.manip_tokens, window=preset.sample_window,
+                                    seed=preset.seed + 3)
 
     def compute():
         t0 = time.perf_counter()
         ivs = manipulation.manipulation_interventions(model, targets, manipulation_configs(preset))
-        res = ablation.evaluate_interventions(model, w.input_ids, ivs, batch_size=preset.batch_size)
+        res = ablation.evaluate_interventions(model, ids, ivs, batch_size=preset.batch_size)
         res.meta.update(seconds=time.perf_counter() - t0, targets=targets)
+        res.groups = groups
         return res.to_dict()
 
     return ablation.EvalResult.from_dict(cached_json(
-        "anatomy-manipulation", _key(preset, "manipulation", text=w.fingerprint(), targets=targets), compute))
+        "anatomy-manipulation", _key(preset, "manipulation", text=ids.tolist(), targets=targets), compute))
 
 
 def manipulation_table(res: ablation.EvalResult, preset: AnatomyPreset) -> pd.DataFrame:
@@ -277,3 +308,17 @@ def replacement_table(res: ablation.EvalResult, preset: AnatomyPreset) -> pd.Dat
     t["ppl"], t["ppl_low"], t["ppl_high"] = (np.exp(base + t.dnll), np.exp(base + t.dnll_low),
                                              np.exp(base + t.dnll_high))
     return t
+
+
+def per_document(res: ablation.EvalResult) -> pd.DataFrame:
+    """Mean ΔNLL (intervention − clean) per document of every intervention of a grouped EvalResult:
+    columns name, doc, dnll (the unit-level values the claim rules test)."""
+    if res.groups is None:
+        raise ValueError("per_document needs an EvalResult with document groups (budget.doc_sample)")
+    g = np.asarray(res.groups)
+    rows = []
+    for name, v in res.nll.items():
+        d = np.asarray(v) - np.asarray(res.base)
+        for doc in np.unique(g):
+            rows.append({"name": name, "doc": int(doc), "dnll": float(d[g == doc].mean())})
+    return pd.DataFrame(rows)

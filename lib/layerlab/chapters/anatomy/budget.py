@@ -28,7 +28,7 @@ from layerlab.core.cache import cached_json
 from layerlab.metrics import ablation
 from layerlab.report.sequential import SequentialDesign, sequential_mean, settled
 
-__all__ = ["THRESHOLDS", "adaptive_profile", "design", "document_plan", "pool_windows"]
+__all__ = ["THRESHOLDS", "adaptive_profile", "design", "doc_sample", "document_plan", "pool_windows"]
 
 #: ΔNLL decision thresholds (nats): no effect, the redundant line (ΔPPL 1%), the critical line (ΔPPL 100%).
 THRESHOLDS: tuple[float, ...] = (0.0, math.log1p(0.01), math.log(2.0))
@@ -73,6 +73,22 @@ def document_plan(test: list[str], train: list[str], *, need: int, seed: int = 0
     pool = test + train[:n_train]
     pool = [pool[i] for i in rng.permutation(len(pool))][:max(need, 0)]
     return pool, sorted(train[n_train:])
+
+
+def doc_sample(preset, tokenizer, tokens: int, *, window: int, seed: int) -> tuple[torch.Tensor, np.ndarray]:
+    """Windows from the first ``preset.sample_docs`` pool documents, as many per document as ``tokens``
+    scored tokens need (at least one; seeded choice): ``(ids [N, window], groups [N] document index)``,
+    so every interval on them is a cluster bootstrap over documents."""
+    docs_w, _ = pool_windows(preset, tokenizer, window=window)
+    docs = list(docs_w)[:preset.sample_docs]
+    per_doc = max(1, math.ceil(tokens / (len(docs) * (window - 1))))
+    rng = np.random.default_rng(seed)
+    ids, groups = [], []
+    for g, d in enumerate(docs):
+        for j in rng.permutation(docs_w[d].shape[0])[:per_doc]:
+            ids.append(docs_w[d][int(j)])
+            groups.append(g)
+    return torch.stack(ids), np.asarray(groups)
 
 
 def _evaluate(model, ids: torch.Tensor, ivs: list[ablation.Intervention], preset, key: dict,

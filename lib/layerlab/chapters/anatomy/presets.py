@@ -40,6 +40,8 @@ class AnatomyPreset(Preset):
     calib_tokens: int = 4_096             # mean-ablation calibration (validation split)
     sentences: int = 10                   # the paper's 10-sentence protocol
     sentence_ops: tuple[str, ...] = ("skip", "neighbour_avg", "skip_attn", "skip_mlp", "mean")
+    sample_docs: int = 8                  # documents of the replacement and manipulation samples
+    sample_window: int = 256              # their window length
     replacement_tokens: int = 4_096
     replacement_ks: tuple[int, ...] = (1, 2, 4, 9, 16)
     replacement_single: tuple[int, ...] = (3, 8, 11, 14, 17, 26)
@@ -47,6 +49,8 @@ class AnatomyPreset(Preset):
     alphas: tuple[float, ...] = (0.5, 0.7, 0.8, 0.9, 0.95, 1.05)
     writer_alphas: tuple[float, ...] = (0.9,)  # α values also run on the residual writers only
     manip_single: tuple[int, ...] = (11, 17)
+    manip_spread: tuple[int, ...] = (4, 12, 20, 27)  # A10's target: fixed in advance, not chosen by any effect
+    quality_margin_pct: float = 5.0       # A10: an edit "preserves quality" if its ΔPPL% CI lies below this
     recovery_layers: tuple[int, ...] = (8, 11, 14, 17, 3, 25)
     recovery_control_layer: int = 11      # σ = 0 fine-tune control
     recovery_sigmas: tuple[float, ...] = (0.5,)
@@ -66,7 +70,8 @@ class AnatomyPreset(Preset):
 
 
 PRESETS: dict[str, AnatomyPreset] = {
-    "smoke": AnatomyPreset(model="tiny-llama", tiny_layers=18, window=64, batch_size=8, budget_docs=(8, 12),
+    "smoke": AnatomyPreset(model="tiny-llama", tiny_layers=18, window=64, sample_window=64, batch_size=8,
+                           budget_docs=(8, 12), manip_spread=(4, 12),
                            budget_weights=(0.5, 0.5), budget_windows=(1, 1), budget_window_small=32,
                            budget_windows_small=(1, 1), calib_tokens=128, sentences=2, replacement_tokens=128,
                            replacement_ks=(1, 9), replacement_single=(8,), manip_tokens=128, alphas=(0.5, 0.9),
@@ -77,12 +82,12 @@ PRESETS: dict[str, AnatomyPreset] = {
     # 8 x 63 tokens), undecided ones on 16 x 2, then 32 documents x 4 windows (32,640 tokens). At the
     # idle machine's ~55 GFLOP/s (2026-12-02) the first look costs ~6 min and each layer taken to the last
     # look ~1.6 min more, so the chapter fits 15 min only while few layers stay undecided.
-    "cpu": AnatomyPreset(model="smollm2-135m", calib_tokens=1_020,
+    "cpu": AnatomyPreset(model="smollm2-135m", calib_tokens=1_020, sample_window=128,
                          sentence_ops=("skip", "neighbour_avg"), replacement_tokens=508,
                          replacement_ks=(1, 2, 4, 9, 16), replacement_single=(3, 11, 17, 26),
                          manip_tokens=508, alphas=(0.5, 0.9, 1.05), recovery_layers=(8, 11, 14, 17),
                          recovery_steps=10, recovery_eval_every=5, recovery_eval_tokens=508),
-    "gpu": AnatomyPreset(model="HuggingFaceTB/SmolLM2-135M", device="cuda", batch_size=32,
+    "gpu": AnatomyPreset(model="HuggingFaceTB/SmolLM2-135M", device="cuda", batch_size=32, sample_docs=32,
                          budget_windows=(16, 64, 160), budget_window_small=256, budget_windows_small=(4, 16, 40),
                          budget_looks_small=3, budget_force=tuple(range(30)), calib_tokens=65_536,
                          replacement_tokens=131_072,

@@ -40,7 +40,8 @@ class AnatomyResult:
     Weights: ``structure[_null]`` (per layer and component: norms, ranks, next-layer cosine),
     ``delta``/``delta_null``/``delta_shuffled`` (delta correlation per component: real, N1, N2 shuffled
     layer order) with per-pair tables ``delta_pairs``/``delta_null_pairs``, ``predictability`` (held-out
-    R² of P1–P5 with N1/N2 nulls), ``r2_splits`` (P1–P3 R² over random held-out splits), ``quant`` and
+    R² of P1–P5 with N1/N2 nulls), ``r2_splits`` (P1–P3 R² over random held-out splits), ``r2_loo`` (P1 R²
+    of each layer held out alone: real, N1, N2), ``delta_null_q`` (N1 after a Q4_1 round trip), ``quant`` and
     ``quant_delta`` (Q4_1 error energy; None without a quantised model). ``replacement``: effects of
     predicted-weight replacement (with PPL). ``ablation``: ΔNLL/ΔPPL% with CIs and tiers of every
     operator × layer × protocol (large, small: adaptive budgets over documents, with documents, tokens and
@@ -64,15 +65,19 @@ class AnatomyResult:
     delta_shuffled: pd.DataFrame
     predictability: pd.DataFrame
     r2_splits: pd.DataFrame
+    r2_loo: pd.DataFrame
+    delta_null_q: pd.DataFrame | None
     quant: pd.DataFrame | None
     quant_delta: pd.DataFrame | None
     replacement: pd.DataFrame
+    replacement_docs: pd.DataFrame
     ablation: pd.DataFrame
     first_look: dict[str, list[float]]
     sentence_nll: np.ndarray
     sentence_groups: np.ndarray | None
     agreement: pd.DataFrame
     manipulation: pd.DataFrame
+    manipulation_docs: pd.DataFrame
     redundant: list[int]
     curves: list[RecoveryCurve]
     recovery: pd.DataFrame
@@ -141,7 +146,8 @@ def _compute(P: AnatomyPreset) -> AnatomyResult:
     man_res = an.run_manipulation(P, model, tok, an.redundant_layers(profile))
     man = an.manipulation_table(man_res, P)
     redundant = [int(x) for x in man_res.meta["targets"]["redundant"]]
-    numbers.update(manip_tokens=int(man_res.n_tokens), redundant=", ".join(str(x) for x in redundant))
+    numbers.update(sample_docs=int(P.sample_docs), rep_docs=int(len(set(rep_res.groups.tolist()))),
+                   manip_tokens=int(man_res.n_tokens), redundant=", ".join(str(x) for x in redundant))
 
     curves = an.run_recovery(P, model, tok)
     rec = an.recovery_table(curves)
@@ -155,10 +161,13 @@ def _compute(P: AnatomyPreset) -> AnatomyResult:
         structure=W["structure"], structure_null=W["structure_null"], delta=W["delta"],
         delta_pairs=W["delta_pairs"], delta_null=W["delta_null"], delta_null_pairs=W["delta_null_pairs"],
         delta_shuffled=W["delta_shuffled"], predictability=W["predictability"], r2_splits=W["r2_splits"],
-        quant=W.get("quant"), quant_delta=W.get("quant_delta"), replacement=rep, ablation=profile,
+        r2_loo=W["r2_loo"], delta_null_q=W.get("delta_null_q"),
+        quant=W.get("quant"), quant_delta=W.get("quant_delta"), replacement=rep, replacement_docs=an.per_document(rep_res),
+        ablation=profile,
         sentence_nll=np.asarray(sent.base), sentence_groups=None if sent.groups is None else np.asarray(sent.groups),
         first_look={**abl["large"]["first_values"], **abl["small"]["first_values"]},
-        agreement=agree, manipulation=man, redundant=redundant, curves=curves, recovery=rec, numbers=numbers)
+        agreement=agree, manipulation=man,
+        manipulation_docs=an.per_document(man_res), redundant=redundant, curves=curves, recovery=rec, numbers=numbers)
 
 
 def _weight_numbers(W: dict) -> dict[str, Any]:
