@@ -85,7 +85,7 @@ PRESETS: dict[str, AnatomyPreset] = {
     "cpu": AnatomyPreset(model="smollm2-135m", calib_tokens=1_020, sample_window=128,
                          sentence_ops=("skip", "neighbour_avg"), replacement_tokens=508,
                          replacement_ks=(1, 2, 4, 9, 16), replacement_single=(3, 11, 17, 26),
-                         manip_tokens=508, alphas=(0.5, 0.9, 1.05), recovery_layers=(8, 11, 14, 17),
+                         manip_tokens=508, alphas=(0.5, 0.9, 1.05), recovery_layers=(2, 5, 8, 11, 14, 17, 22, 27),
                          recovery_steps=10, recovery_eval_every=5, recovery_eval_tokens=508),
     "gpu": AnatomyPreset(model="HuggingFaceTB/SmolLM2-135M", device="cuda", batch_size=32, sample_docs=32,
                          budget_windows=(16, 64, 160), budget_window_small=256, budget_windows_small=(4, 16, 40),
