@@ -169,3 +169,18 @@ def test_a10_quality_margin_and_every_other_strategy():
     cheap = _docs({"scale0.9|spread": 0.01, "zero|spread": 0.0, "clone|spread": 1.5, "blend|spread": 1.0})
     assert rules.a10_claim(table, cheap).verdict == "contradicted"  # zeroing keeps quality too
     assert rules.a10_claim(table[table.config != "scale0.9"], ok).verdict == "inconclusive"
+
+
+def _structure(rank_by_layer) -> pd.DataFrame:
+    return pd.DataFrame([{"component": c, "layer": layer, "stable_rank": rank_by_layer(layer) * (1 + 0.01 * i)}
+                         for i, c in enumerate(COMPS) for layer in range(12)])
+
+
+def test_structure_claims():
+    init = _structure(lambda layer: 100.0 + RNG.normal(0, 1))
+    s1, s2 = rules.structure_claims(_structure(lambda layer: 20.0 + 3 * layer), init)
+    assert s1.verdict == "supported" and s2.verdict == "supported"
+    s1, s2 = rules.structure_claims(_structure(lambda layer: 200.0 + RNG.normal(0, 1)), init)
+    assert s1.verdict == "contradicted"
+    missing_rows = rules.structure_claims(init, init.iloc[:0])
+    assert [c.id for c in missing_rows] == ["S1", "S2"] and all(c.verdict == "inconclusive" for c in missing_rows)

@@ -25,6 +25,7 @@ from layerlab.chapters.anatomy.rules import (
     a10_claim,
     h1_claim,
     h2_claim,
+    structure_claims,
 )
 from layerlab.chapters.anatomy.run import AnatomyResult
 from layerlab.metrics.ablation import PAPER_ANTI, PAPER_CORE, paper_layers
@@ -68,6 +69,7 @@ def claims(result: AnatomyResult) -> list[Claim]:
     imp = prof[(prof.op == "neighbour_avg") & (prof.protocol == "large")].set_index("layer").dnll.to_dict()
     rows.append(a9_claim([c for c in r.curves if c.sigma_rel > 0], imp, seed=P.seed))
     rows.append(a10_claim(r.manipulation, r.manipulation_docs, margin_pct=P.quality_margin_pct))
+    rows += structure_claims(r.structure, r.structure_null)
     rows.append(missing(id="A13", claim="GTT proof of concept: 2.1× lower loss with 37% fewer steps",
                         paper="2.1×, 37% (a digest)", tag="secondary",
                         reason="a growth-training claim: tested in the growth chapter"))

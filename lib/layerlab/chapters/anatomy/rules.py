@@ -18,7 +18,7 @@ from layerlab.report.inference import Evidence, correlation, mean_effect, paired
 from layerlab.report.verdicts import Band, Decision, Direction, missing
 
 __all__ = ["a1_claim", "a2_claims", "a3_claims", "a5_claim", "a6_claim", "a7_claim", "a9_claim", "a10_claim",
-           "all_of", "h1_claim", "h2_claim", "profile_evidence"]
+           "all_of", "h1_claim", "h2_claim", "profile_evidence", "structure_claims"]
 
 R2_BAND = Band(lo=0.81, hi=1.0, source="the paper's R² = 0.91 ± 0.1")
 DELTA_BAND = Band(lo=-0.55, hi=-0.45, source="the paper's ≈ −0.50 ± 0.05")
@@ -329,3 +329,38 @@ def a10_claim(table: pd.DataFrame, docs: pd.DataFrame, *, target: str = "spread"
                          null="; ".join(f"{c} {fmt(t.loc[c, 'dppl_pct'])}%" for c in others),
                          note=f"ours: ΔNLL nats of scale0.9 ({fmt(t.loc['scale0.9', 'dppl_pct'])}% PPL); other scale "
                               f"variants inside the margin: {', '.join(also) or 'none'}")
+
+
+# ---------------------------------------------------------------- structure
+def structure_claims(structure: pd.DataFrame, null: pd.DataFrame) -> list[Claim]:
+    """S1 (training lowers the stable rank below the random init) and S2 (the stable rank trends with
+    depth more than at init), over components (each component's layers summarised into one value)."""
+    from scipy.stats import spearmanr
+
+    comps = list(dict.fromkeys(structure.component))
+    if len(comps) < 2 or null.empty:
+        return [missing(id=i, claim=c, paper="structural analysis (abstract)", tag="paper",
+                        reason="no structure table for the trained model and its random init")
+                for i, c in (("S1", "Training lowers the stable rank below the random init"),
+                             ("S2", "The stable rank trends with depth beyond the random init"))]
+
+    def per(t: pd.DataFrame, comp: str) -> pd.DataFrame:
+        return t[t.component == comp].sort_values("layer")
+
+    ratio = np.array([np.mean(np.log(per(structure, c).stable_rank.to_numpy() / per(null, c).stable_rank.to_numpy()))
+                      for c in comps])
+    ev1 = mean_effect(ratio, unit="components")
+    s1 = Claim.decided(id="S1", claim="Training lowers the stable rank ‖W‖²_F/‖W‖²_2 below the random init "
+                       "(mean log ratio over layers)", paper="structural analysis (abstract; results not public)",
+                       tag="paper", evidence=ev1, decision=Direction(direction="less", margin=0.05).decide(ev1),
+                       null="0: the random-init model of the same configuration (N1)",
+                       note="log ratio, trained / random init")
+    rho = np.array([spearmanr(per(structure, c).layer, per(structure, c).stable_rank)[0] for c in comps])
+    rho0 = np.array([spearmanr(per(null, c).layer, per(null, c).stable_rank)[0] for c in comps])
+    ev2 = paired_difference(np.abs(np.nan_to_num(rho)), np.abs(np.nan_to_num(rho0)), unit="components")
+    s2 = Claim.decided(id="S2", claim="The stable rank trends with depth beyond the random init (|Spearman ρ| with "
+                       "depth, trained − init)", paper="structural analysis (abstract; results not public)",
+                       tag="paper", evidence=ev2, decision=Direction(margin=0.1).decide(ev2),
+                       null="the random-init model's |ρ| per component",
+                       note="trained ρ per component: " + ", ".join(f"{c} {v:.2f}" for c, v in zip(comps, rho)))
+    return [s1, s2]
