@@ -134,7 +134,7 @@ def a3_claims(docs: pd.DataFrame, rep: pd.DataFrame) -> list[Claim]:
         rnd = np.mean([_docs(docs, f"randpred@{x}") for x in layers], axis=0)
         ev = mean_effect(pred, unit="documents")
         out.append(Claim.decided(id="A3-1", claim="Replacing one layer by its ridge (P1) prediction degrades "
-                                 f"perplexity (mean ΔNLL over layers {', '.join(layers)})",
+                                 f"perplexity (mean ΔNLL over layers {', '.join(layers)}; nats)",
                                  paper="+16% PPL (26.22 vs 22.60)", tag="secondary", evidence=ev,
                                  decision=Direction().decide(ev), null="0 (no change)", note="nats per token"))
         vs_skip = paired_difference(pred, skip, unit="documents")
@@ -142,7 +142,8 @@ def a3_claims(docs: pd.DataFrame, rep: pd.DataFrame) -> list[Claim]:
         dec = all_of([Direction(direction="less").decide(vs_skip), Direction(direction="less").decide(vs_rnd)],
                      name="direction: predicted < skip and predicted < own-norm random (both must hold)")
         out.append(Claim.decided(id="A3-ctl", claim="The prediction carries function: better than removing the "
-                                 "layer and than random weights with the prediction's own row norms",
+                                 "layer and than random weights with the prediction's own row norms "
+                                 "(ΔNLL difference; nats)",
                                  paper="(implied by 'regression captures regularity')", tag="reconstructed",
                                  evidence=vs_skip, decision=dec,
                                  null=f"predicted − random(own norms) {fmt(vs_rnd.estimate)} "
@@ -159,7 +160,8 @@ def a3_claims(docs: pd.DataFrame, rep: pd.DataFrame) -> list[Claim]:
         e_ppl = Evidence(estimate=math.exp(ev.estimate), low=math.exp(ev.low), high=math.exp(ev.high),
                          p_greater=ev.p_greater, p_less=ev.p_less, unit=ev.unit, n=ev.n, method=ev.method,
                          null=1e5, p_min=ev.p_min)
-        out.append(Claim.decided(id="A3-9", claim="With 9 generated layers PPL exceeds 100,000", paper="PPL > 100,000",
+        out.append(Claim.decided(id="A3-9", claim="With 9 generated layers PPL exceeds 100,000 (PPL)",
+                                 paper="PPL > 100,000",
                                  tag="secondary", evidence=e_ppl, decision=Direction(null=1e5).decide(e_ppl),
                                  null=f"baseline PPL {rep.base_ppl.iloc[0]:.3g}",
                                  note="PPL (geometric mean over documents of exp NLL); generated mode"))
@@ -184,7 +186,7 @@ def h1_claim(profile: pd.DataFrame, first_look: Mapping[str, Sequence[float]], *
     """H1: layers differ. The most and least important layers are chosen on the 10 sentences (independent
     text), and their ΔNLL difference is measured on the first-look documents (paired)."""
     meta = dict(id="H1", claim="Layers are not interchangeable: ΔNLL of the most minus the least important "
-                f"layer ({op})",
+                f"layer ({op}; nats)",
                 paper="radically different degradation", tag="paper")
     s = profile[(profile.op == op) & (profile.protocol == "sentences")]
     if s.empty:
@@ -203,7 +205,9 @@ def a5_claim(profile: pd.DataFrame, core: Sequence[int], base: int, *, op: str =
     """A5: every core layer is critical (ΔPPL > +100%). Supported if every core layer's repeated interval
     lies above the +100% line; contradicted only if some core layer's interval lies wholly below it
     (evidence that it is not critical); else inconclusive (lack of power is never 'contradicted')."""
-    meta = dict(id=f"A5-{base}b", claim=f"Critical core L8–11 ({base}-based: layers {', '.join(map(str, core))})",
+    meta = dict(id=f"A5-{base}b",
+                claim=f"Critical core L8–11 ({base}-based: layers {', '.join(map(str, core))}; ours: ΔNLL of "
+                "the weakest core layer, nats)",
                 paper="up to +63,419% PPL", tag="paper")
     rows = [r for r in (_row(profile, op, "large", c) for c in core) if r is not None]
     if not rows:
@@ -234,7 +238,8 @@ def a7_claim(profile: pd.DataFrame, layer: int, base: int, *, op: str = "neighbo
     """A7: replacing ``layer`` improves PPL. Supported if ΔNLL < 0 on the documents (sequential test)
     and the 10 sentences' interval lies below 0 too; contradicted if ΔNLL > 0 on the documents; not
     supported if the documents' interval excludes the paper's −0.6%; else inconclusive."""
-    meta = dict(id=f"A7-L{layer}-{base}b", claim=f"Anti-layer: replacing layer {layer} ({base}-based) improves PPL",
+    meta = dict(id=f"A7-L{layer}-{base}b",
+                claim=f"Anti-layer: replacing layer {layer} ({base}-based) improves PPL (ΔNLL, nats)",
                 paper="≈ −0.6% PPL", tag="secondary")
     r_l, r_s = _row(profile, op, "large", layer), _row(profile, op, "sentences", layer)
     if r_l is None:
@@ -310,7 +315,8 @@ def a10_claim(table: pd.DataFrame, docs: pd.DataFrame, *, target: str = "spread"
     'Preserves' = ΔPPL% below ``margin_pct`` with the document interval (one-sided, Direction < margin);
     supported iff scale α = 0.9 preserves and every other strategy is shown above the margin."""
     meta = dict(id="A10", claim=f"Of five manipulations only scaling (α = 0.9) keeps ΔPPL < {margin_pct:g}% "
-                f"({target} layers)", paper="+49% PPL (a digest: +19%)", tag="paper")
+                f"({target} layers; ours: ΔNLL of α = 0.9, nats)", paper="+49% PPL (a digest: +19%)",
+                tag="paper")
     t = table[table.target == target].set_index("config")
     if "scale0.9" not in t.index:
         return missing(**meta, reason=f"scale0.9 was not run on the {target} target")
