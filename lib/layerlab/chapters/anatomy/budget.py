@@ -39,9 +39,21 @@ def design(preset) -> SequentialDesign:
     return SequentialDesign(looks=tuple(preset.budget_docs), weights=tuple(preset.budget_weights))
 
 
+_POOLS: dict = {}  # (tokenizer id, window, need, seed) -> pool_windows result (a run asks several times)
+
+
 def pool_windows(preset, tokenizer, *, window: int) -> tuple[dict[str, torch.Tensor], list[str]]:
     """Windows of every document of the evaluation pool ({doc id: [n_windows, window]}, in look order)
     and the recovery documents (train documents left out of the pool)."""
+    key = (id(tokenizer), window, int(preset.budget_docs[-1]), preset.seed)
+    if key not in _POOLS:
+        if len(_POOLS) >= 4:
+            _POOLS.clear()
+        _POOLS[key] = _pool_windows(preset, tokenizer, window=window)
+    return _POOLS[key]
+
+
+def _pool_windows(preset, tokenizer, *, window: int) -> tuple[dict[str, torch.Tensor], list[str]]:
     from layerlab.data.corpora import token_windows
 
     by_doc: dict[str, list[torch.Tensor]] = {}
