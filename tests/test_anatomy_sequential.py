@@ -67,3 +67,17 @@ def test_stops_early_only_when_settled():
     ev, k = run_sequential(near, SequentialDesign(looks=(8, 16, 32), weights=(0.25, 0.25, 0.5)),
                            thresholds=(0.0,), unit="documents")
     assert ev.n == 32 or not (ev.low <= 0 <= ev.high)
+
+
+def test_budget_stops_inside_the_redundant_band_or_past_every_threshold():
+    from layerlab.chapters.anatomy.budget import decided
+
+    tight_zero = mean_effect(np.array([0.001, -0.001, 0.0005, -0.0005, 0.001, -0.001, 0.0, 0.0002]),
+                             unit="documents")
+    assert decided(tight_zero)  # redundant, and no anti-layer of -0.6%
+    wide_zero = mean_effect(np.array([0.05, -0.05, 0.03, -0.04, 0.05, -0.05, 0.0, 0.02]), unit="documents")
+    assert not decided(wide_zero)
+    critical = mean_effect(np.array([2.0, 2.1, 1.9, 2.2, 2.0, 1.8, 2.1, 2.0]), unit="documents")
+    assert decided(critical)
+    at_the_line = mean_effect(np.array([0.6, 0.8, 0.7, 0.75, 0.65, 0.72, 0.68, 0.7]), unit="documents")
+    assert not decided(at_the_line)  # log 2 = 0.693 is inside: critical or not is still open

@@ -28,10 +28,20 @@ from layerlab.core.cache import cached_json
 from layerlab.metrics import ablation
 from layerlab.report.sequential import SequentialDesign, sequential_mean, settled
 
-__all__ = ["THRESHOLDS", "adaptive_profile", "design", "doc_sample", "document_plan", "pool_windows"]
+__all__ = ["REDUNDANT_BAND", "THRESHOLDS", "adaptive_profile", "decided", "design", "doc_sample", "document_plan",
+           "pool_windows"]
 
 #: ΔNLL decision thresholds (nats): no effect, the redundant line (ΔPPL 1%), the critical line (ΔPPL 100%).
 THRESHOLDS: tuple[float, ...] = (0.0, math.log1p(0.01), math.log(2.0))
+#: A layer whose interval lies inside this ΔNLL band is settled as redundant and as no anti-layer of the
+#: paper's size (ΔPPL between the digest's −0.6% and the 1% redundant line).
+REDUNDANT_BAND: tuple[float, float] = (math.log1p(-0.006), math.log1p(0.01))
+
+
+def decided(ev) -> bool:
+    """The stopping rule: the repeated interval has left every threshold, or lies inside the redundant band."""
+    inside = ev.has_interval and REDUNDANT_BAND[0] < ev.low and ev.high < REDUNDANT_BAND[1]
+    return inside or settled(ev, THRESHOLDS)
 
 
 def design(preset) -> SequentialDesign:
@@ -123,8 +133,9 @@ def adaptive_profile(preset, model, tokenizer, ops: tuple[str, ...], *, window: 
     """The sequential ablation sweep of ``ops`` on every layer.
 
     Look k uses the first ``budget_docs[k]`` pool documents and up to ``windows_per_doc[k]`` windows of
-    each (seeded order); an (op, layer) goes on to the next look while its repeated interval still holds a
-    threshold of :data:`THRESHOLDS` (layers in ``force`` always go on), up to ``max_looks``.
+    each (seeded order); an (op, layer) goes on to the next look until :func:`decided` (its repeated interval holds
+    no threshold of :data:`THRESHOLDS`, or lies inside :data:`REDUNDANT_BAND`; layers in ``force`` always
+    go on), up to ``max_looks``.
     Returns (profile, extras): one row per (op, layer) with ΔNLL over documents, its repeated CI,
     ΔPPL%, tier, adjusted one-sided p-values, documents, tokens and looks spent; extras holds the
     per-document values at the first look ({name: [budget_docs[0]]}, common to all layers), the clean
@@ -175,7 +186,7 @@ def adaptive_profile(preset, model, tokenizer, ops: tuple[str, ...], *, window: 
             if k == 0:
                 first_values[n] = [float(x) for x in per_doc]
             layer = int(n.partition("@")[2])
-            if (layer in force or not settled(ev, THRESHOLDS)) and k + 1 < n_looks:
+            if (layer in force or not decided(ev)) and k + 1 < n_looks:
                 still.append(n)
         active = still
     rows = []

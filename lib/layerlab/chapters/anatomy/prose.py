@@ -88,6 +88,19 @@ def _ablation_operators(r: AnatomyResult) -> str:
                 "one neighbour." if ends else ".")
 
 
+def _ranges(xs: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0–2, 5"."""
+    out, xs = [], sorted(xs)
+    i = 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        out.append(str(xs[i]) if i == j else f"{xs[i]}–{xs[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
 def _budget(r: AnatomyResult) -> str:
     big = r.ablation[r.ablation.protocol == "large"]
     last = big[big.looks == big.looks.max()]
@@ -95,7 +108,8 @@ def _budget(r: AnatomyResult) -> str:
     return (f"Of {len(big)} (operator, layer) pairs of the primary operators, {len(big) - n_ext} were settled at the "
             f"first look ({int(big.n_docs.min())} documents, {int(big.n_tokens.min())} tokens) and {n_ext} went on; "
             f"{len(last)} reached the last look ({int(last.n_docs.max())} documents, {int(last.n_tokens.max())} "
-            f"tokens): layers {', '.join(f'{o}@{x}' for o, x in zip(last.op, last.layer)) or 'none'}.")
+            f"tokens): " + ("; ".join(f"{op} layers {_ranges(g.layer.tolist())}" for op, g in last.groupby("op"))
+                            or "none") + ".")
 
 
 def _change_mind(rows: list[Claim]) -> str:
