@@ -160,7 +160,8 @@ def budget_figure(r: AnatomyResult):
     ax2.set_ylim(0, max(float(big.max()) * 1.1, 1))
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, ncol=3, fontsize="small", loc="upper left")
+    ax.legend(h1 + h2, l1 + l2, ncol=3, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.18))
+    fig.tight_layout()
     return fig
 
 
@@ -172,8 +173,11 @@ def structure_figure(r: AnatomyResult):
     fig, axes = plt.subplots(2, 2, figsize=(FIGSIZE["wide"][0], 6.0), squeeze=False)
     for ax, (col, label) in zip(axes.ravel(), stats):
         for comp, g in r.structure.groupby("component", sort=False):
-            ax.plot(g.layer, g[col], marker=".", lw=1, label=comp)
-        for _, g in r.structure_null.groupby("component", sort=False):
+            if "norm" not in comp:  # the seven matrices (norm vectors have rank 1)
+                ax.plot(g.layer, g[col], marker=".", lw=1, label=comp)
+        for comp, g in r.structure_null.groupby("component", sort=False):
+            if "norm" in comp:
+                continue
             ax.plot(g.layer, g[col], color="0.6", ls="--", lw=0.8, zorder=0)
         ax.set_ylabel(label)
         ax.set_xlabel("layer (0-based)")

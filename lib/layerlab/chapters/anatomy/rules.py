@@ -344,7 +344,7 @@ def structure_claims(structure: pd.DataFrame, null: pd.DataFrame) -> list[Claim]
     depth more than at init), over components (each component's layers summarised into one value)."""
     from scipy.stats import spearmanr
 
-    comps = list(dict.fromkeys(structure.component))
+    comps = [c for c in dict.fromkeys(structure.component) if "norm" not in c]  # the matrices, not norm vectors
     if len(comps) < 2 or null.empty:
         return [missing(id=i, claim=c, paper="structural analysis (abstract)", tag="paper",
                         reason="no structure table for the trained model and its random init")
