@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from layerlab.chapters import anatomy
-from layerlab.chapters.anatomy.claims import manipulation_claim
 from layerlab.report.claims import Claim
 
 
@@ -14,13 +12,17 @@ def test_presets_per_profile():
     assert anatomy.PRESETS["gpu"].device == "cuda"
     assert {p.device for k, p in anatomy.PRESETS.items() if k != "gpu"} == {"cpu"}
     p = anatomy.preset("smoke")
-    assert (p.model, p.tiny_layers, p.window, p.ablation_tokens, p.recovery_layers) == (
+    assert (p.model, p.tiny_layers, p.window, p.budget_docs, p.recovery_layers) == (
         "tiny-llama",
         18,
         64,
-        512,
+        (8, 12),
         (8, 11, 14, 17),
     )
+    cpu = anatomy.preset("cpu")
+    # the adaptive budget's last look: 32 documents x 4 windows of 255 scored tokens >= 32k tokens
+    assert cpu.budget_docs[-1] >= 30 and cpu.budget_docs[-1] * cpu.budget_windows[-1] * (cpu.window - 1) >= 32_000
+    assert min(cpu.budget_docs) >= 8 and cpu.sample_docs >= 8 and len(cpu.recovery_layers) >= 8
 
 
 def test_preset_lists_become_tuples():
@@ -32,38 +34,16 @@ def test_preset_lists_become_tuples():
         anatomy.preset("cpu", ablation_token=1)
 
 
-def _manip(scale_high: float, others_low: float) -> pd.DataFrame:
-    rows = [
-        {
-            "config": "scale0.9",
-            "target": "redundant",
-            "dnll_low": 0.0,
-            "dnll_high": scale_high,
-            "dppl_pct": 5.0,
-            "dppl_low": 0.0,
-            "dppl_high": 10.0,
-        }
-    ]
-    rows += [
-        {
-            "config": c,
-            "target": "redundant",
-            "dnll_low": others_low,
-            "dnll_high": others_low + 1,
-            "dppl_pct": 500.0,
-            "dppl_low": 400.0,
-            "dppl_high": 600.0,
-        }
-        for c in ("zero", "clone", "blend")
-    ]
-    return pd.DataFrame(rows)
+def test_document_plan_keeps_recovery_text_out_of_the_pool():
+    from layerlab.chapters.anatomy.budget import document_plan
 
-
-def test_manipulation_rule():
-    # A10 holds only when α = 0.9's ΔNLL CI lies below every other strategy's
-    assert manipulation_claim(_manip(0.1, 0.5))[0].verdict == "supported"
-    assert manipulation_claim(_manip(0.6, 0.5))[0].verdict == "not supported"
-    assert manipulation_claim(_manip(0.1, 0.5).iloc[1:]) == []
+    test, train = [f"t{i}" for i in range(6)], [f"r{i}" for i in range(40)]
+    pool, rec = document_plan(test, train, need=32, seed=0)
+    assert len(pool) == 32 == len(set(pool)) and set(test) <= set(pool)
+    assert not set(pool) & set(rec) and set(pool) | set(rec) == set(test) | set(train)
+    assert document_plan(test, train, need=32, seed=0) == (pool, rec)  # seeded
+    with pytest.raises(ValueError, match="budget_docs"):
+        document_plan(test, train[:5], need=32)
 
 
 def test_summary_counts_supported_rows():

@@ -115,6 +115,34 @@ def test_replacement_interventions_cached_equals_naive():
         P.replacement_interventions(m, ks=(4,))
 
 
+def test_replacement_controls_use_the_predictions_norms_and_removal():
+    from layerlab.core import arch
+
+    m = tiny_model("llama")
+    ivs = {iv.name: iv for iv in P.replacement_interventions(m, ks=(1,), single=(2,))}
+    assert {"predicted@2", "random@2", "randpred@2", "skip@2"} <= set(ivs)
+    blk = arch.view(m).blocks[2]
+
+    def norms():
+        return {c: torch.linalg.vector_norm(w.detach().double(), dim=-1).clone() for c, w in blk.weights().items()
+                if "norm" not in c}
+
+    with ivs["predicted@2"].context():
+        pred = norms()
+    with ivs["randpred@2"].context():
+        rnd = norms()
+        w_rnd = {c: w.detach().clone() for c, w in blk.weights().items()}
+    with ivs["predicted@2"].context():
+        w_pred = {c: w.detach().clone() for c, w in blk.weights().items()}
+    for c in pred:  # same row norms as the prediction, different weights
+        assert torch.allclose(pred[c], rnd[c], rtol=1e-6, atol=1e-9)
+        assert not torch.equal(w_rnd[c], w_pred[c])
+    with ivs["skip@2"].context():
+        writers = blk.residual_writers()
+        assert all(float(writers[k].weight.detach().abs().max()) == 0 for k in ("o", "down"))
+    assert float(blk.residual_writers()["o"].weight.detach().abs().max()) > 0  # restored on exit
+
+
 def test_shuffled_null_from_parts_equals_explicit_shuffle():
     st = torch.randn(9, 12, 10, generator=torch.Generator().manual_seed(4), dtype=torch.float64).cumsum(0)
     train, held = P.split_layers(9, seed=1)

@@ -65,8 +65,17 @@ def test_finetune_recovers_and_restores_model():
 def test_recovery_vs_importance_and_errors():
     curves = [R.RecoveryCurve(layer=i, sigma_rel=0.5, kind="additive", scope="layer", seed=0, lr=1e-3, steps=[0],
                               nll=[1.0], base_nll=1.0, recovered_at=None, cap=10, auc=float(i)) for i in range(4)]
-    c = R.recovery_vs_importance(curves, {0: 0.1, 1: 0.2, 2: 0.3, 3: 0.5})
-    assert c.r == pytest.approx(1.0)
+    c = R.recovery_vs_importance(curves, {0: 0.1, 1: 0.2, 2: 0.3, 3: 0.5}, measure="auc")
+    assert c.estimate == pytest.approx(1.0)
+    # 4 layers: no interval (a Fisher CI would be the zero-width [1, 1]) and p can never reach 0.025
+    assert c.low is None and c.high is None and c.p_greater == pytest.approx(1 / 24) and c.n == 4
+    rng = np.random.default_rng(0)
+    imp = {i: float(i) + rng.normal(0, 3) for i in range(12)}
+    many = [R.RecoveryCurve(layer=i, sigma_rel=0.5, kind="additive", scope="layer", seed=s, lr=1e-3, steps=[0],
+                            nll=[1.0], base_nll=1.0, recovered_at=min(10 * i + s, 199), cap=200, auc=0.0)
+            for i in range(12) for s in range(3)]
+    e = R.recovery_vs_importance(many, imp)
+    assert e.low < e.estimate < e.high and e.high - e.low > 0.05 and e.unit == "layers"
     with pytest.raises(ValueError, match="at least 4"):
         R.recovery_vs_importance(curves[:2], {0: 1, 1: 2})
     m = tiny_model("llama")

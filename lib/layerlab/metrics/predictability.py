@@ -277,11 +277,13 @@ def replacement_interventions(model: torch.nn.Module, *, ks: Sequence[int] = (1,
 
     ``deepest{k}``: the k deepest layers replaced by P1 predictions (``mode`` teacher / generated);
     ``predicted@l`` / ``random@l``: layer l alone replaced by its prediction / by random weights with the
-    real layer's row norms.
+    real layer's row norms; ``randpred@l``: random weights with the *prediction's* row norms (the control
+    of spec 5: a prediction no better than its own-norm random twin captured nothing functional);
+    ``skip@l``: the layer removed (zeroed writers), so a prediction can be compared with no layer at all.
     """
     from layerlab.core import arch
     from layerlab.metrics import weights
-    from layerlab.metrics.ablation import Intervention, swap_weights
+    from layerlab.metrics.ablation import Intervention, ablate, swap_weights
 
     mv = arch.view(model)
     L = mv.n_layers
@@ -299,6 +301,9 @@ def replacement_interventions(model: torch.nn.Module, *, ks: Sequence[int] = (1,
         new = predict_layers(stacks, [layer], mode="teacher", thetas=thetas)
         real = {c: st[layer] for c, st in stacks.items()}
         rnd = {layer: matched_norm_random(real, seed=seed + layer)}  # row norms of the real layer
+        rnd_pred = {layer: matched_norm_random(new[layer], seed=seed + 1000 + layer)}  # the prediction's row norms
         ivs.append(Intervention(f"predicted@{layer}", layer, lambda new=new: swap_weights(model, new)))
         ivs.append(Intervention(f"random@{layer}", layer, lambda rnd=rnd: swap_weights(model, rnd)))
+        ivs.append(Intervention(f"randpred@{layer}", layer, lambda rnd=rnd_pred: swap_weights(model, rnd)))
+        ivs.append(Intervention(f"skip@{layer}", layer, lambda layer=layer: ablate(model, layer, "skip")))
     return ivs

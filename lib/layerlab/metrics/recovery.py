@@ -198,10 +198,13 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
 
 
 def recovery_vs_importance(curves: Sequence[RecoveryCurve], importance: dict[int, float], *,
-                           measure: str = "auc", seed: int = 0):
-    """Spearman (with CI, :func:`layerlab.report.stats.spearman`) between per-layer recovery (mean over runs of
-    ``measure``: ``"auc"`` or ``"steps"``, censored runs at the cap) and ablation importance (e.g. ΔNLL)."""
-    from layerlab.report.stats import spearman
+                           measure: str = "steps", seed: int = 0):
+    """Spearman between per-layer recovery (mean over runs of ``measure``: ``"steps"`` = ``steps_or_cap``,
+    censored runs at the cap, or ``"auc"``) and ablation importance (e.g. ΔNLL), as
+    :class:`layerlab.report.inference.Evidence` over layers: a permutation p-value (exact up to 8 layers)
+    and a bootstrap interval over layers from 8 layers on (none below: a Fisher interval of 4 points is
+    degenerate, e.g. [1, 1] at rho = 1)."""
+    from layerlab.report.inference import correlation
 
     if measure not in ("auc", "steps"):
         raise ValueError(f"unknown measure {measure!r}: choose 'auc' or 'steps'")
@@ -213,4 +216,4 @@ def recovery_vs_importance(curves: Sequence[RecoveryCurve], importance: dict[int
         raise ValueError(f"need recovery runs on at least 4 layers with an importance value, got {layers}")
     x = [float(np.mean(per[layer])) for layer in layers]
     y = [importance[layer] for layer in layers]
-    return spearman(x, y, seed=seed)
+    return correlation(x, y, unit="layers", seed=seed)

@@ -123,7 +123,11 @@ def scenario(kind: str, *, n: int, unit: str, effect: float, sd: float = 1.0, n_
         return Scenario(name=f"peak then drop over {n_depths} depths ({'held-out' if held_out else 'naive'} peak)",
                         n=n, unit=unit, effect_size=f"fall {effect:g}", null=curves(0.0), effect=curves(effect),
                         evidence=ev)
-    raise ValueError(f"unknown scenario kind {kind!r}: use 'paired', 'correlation' or 'peak_drop'")
+    if kind == "sequential":  # the adaptive-budget design (layerlab.report.sequential)
+        from layerlab.report.sequential import sequential_scenario
+
+        return sequential_scenario(n=n, unit=unit, effect=effect, sd=sd)
+    raise ValueError(f"unknown scenario kind {kind!r}: use 'paired', 'correlation', 'peak_drop' or 'sequential'")
 
 
 # --------------------------------------------------------------------------------------------------

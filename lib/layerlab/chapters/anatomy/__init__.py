@@ -8,7 +8,7 @@ The chapter protocol (``layerlab.core.protocol``): ``PRESETS``/``preset`` (prese
 (claims.py) and ``plots`` (plots.py). The chapter does not use the shared trained family.
 """
 
-from layerlab.chapters.anatomy import plots
+from layerlab.chapters.anatomy import plots, prose
 from layerlab.chapters.anatomy.claims import claims, summary
 from layerlab.chapters.anatomy.presets import PRESETS, AnatomyPreset, preset
 from layerlab.chapters.anatomy.run import AnatomyResult, run
@@ -16,5 +16,5 @@ from layerlab.chapters.anatomy.run import AnatomyResult, run
 USES_FAMILY = False
 """``run`` loads its own model (and random-init null); it needs no ``layerlab.training.family.get_family``."""
 
-__all__ = ["PRESETS", "USES_FAMILY", "AnatomyPreset", "AnatomyResult", "claims", "plots", "preset", "run",
+__all__ = ["PRESETS", "USES_FAMILY", "AnatomyPreset", "AnatomyResult", "claims", "plots", "preset", "prose", "run",
            "summary"]

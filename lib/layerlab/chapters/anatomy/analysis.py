@@ -75,10 +75,14 @@ def run_weights(preset: AnatomyPreset, model, null_model) -> dict:
     out["predictability"] = predictability.predictability_table(stacks, null_stacks, seed=preset.seed,
                                                                 n_shuffles=preset.n_shuffles)
     out["r2_splits"] = r2_over_splits(stacks, null_stacks, n_splits=preset.n_shuffles)
+    out["r2_loo"] = r2_leave_one_out(stacks, null_stacks, shuffled)
     if preset.model == "smollm2-135m":
+        from layerlab.metrics.quant import gguf_roundtrip
+
         q = weights.gguf_error_table()
         out["quant"] = q
         out["quant_delta"] = weights.delta_energy_table(model, q)
+        out["delta_null_q"], _ = weights.delta_table(gguf_roundtrip(null_model, embeddings=False), seed=preset.seed)
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -100,47 +104,69 @@ def r2_over_splits(stacks: dict[str, torch.Tensor], null_stacks: dict[str, torch
     return pd.DataFrame(rows)
 
 
+def r2_leave_one_out(stacks: dict[str, torch.Tensor], null_stacks: dict[str, torch.Tensor],
+                     shuffled: dict[str, torch.Tensor], *, predictor: str = "P1") -> pd.DataFrame:
+    """Level and innovation R² of ``predictor`` for every layer l >= 2 held out alone (fitted on all the
+    others): one value per layer, the unit of A1's interval; for the real stack, N1 and N2 (shuffled)."""
+    rows = []
+    for comp, st in stacks.items():
+        for name, s in (("real", st), ("N1", null_stacks[comp]), ("N2", shuffled[comp])):
+            g = predictability.gram(s)
+            L = s.shape[0]
+            for layer in range(2, L):
+                train = [i for i in range(L) if i != layer]
+                rows.append({"component": comp, "model": name, "layer": layer,
+                             "level": predictability.gram_r2(g, predictor, train, [layer]),
+                             "innov": predictability.gram_r2(predictability.innovation_gram(g, train), predictor,
+                                                             train, [layer])})
+    return pd.DataFrame(rows)
+
+
 # ---------------------------------------------------------------- finding 2: ablation
-def run_ablation(preset: AnatomyPreset, model, tokenizer) -> dict[str, ablation.EvalResult]:
-    """AB1–AB4 sweeps: primary operators on the large protocol, all operators on the subset and on the
-    10 sentences; prefix-cached; cached on disk. Returns {"large", "small", "sentences"} EvalResults."""
+def run_ablation(preset: AnatomyPreset, model, tokenizer) -> tuple[pd.DataFrame, dict]:
+    """AB1–AB4 profiles: the primary operators on the adaptive budget (protocol "large", 256-token
+    windows), the secondary ones on short windows (protocol "small"), all of the preset's sentence
+    operators on the 10 sentences (protocol "sentences", bootstrap over sentences). Returns (profile,
+    extras): extras["large"/"small"] from :func:`layerlab.chapters.anatomy.budget.adaptive_profile`,
+    extras["sentences"] the sentences' EvalResult."""
+    from layerlab.chapters.anatomy import budget
+
     calib = windows(preset, tokenizer, "validation", preset.calib_tokens)
     mc = ablation.mean_contributions(model, calib.input_ids, batch_size=preset.batch_size)
-    out = {}
-    large = windows(preset, tokenizer, "test", preset.ablation_tokens)
-    small = windows(preset, tokenizer, "test", preset.ablation_tokens_small, seed=preset.seed + 1)
+    big, ex_big = budget.adaptive_profile(preset, model, tokenizer, PRIMARY_OPS, window=preset.window,
+                                          windows_per_doc=preset.budget_windows, max_looks=len(preset.budget_docs),
+                                          protocol="large", force=preset.budget_force)
+    small, ex_small = budget.adaptive_profile(preset, model, tokenizer, SECONDARY_OPS,
+                                              window=preset.budget_window_small,
+                                              windows_per_doc=preset.budget_windows_small,
+                                              max_looks=preset.budget_looks_small, protocol="small", mean_contrib=mc)
     _, sent = sentence_ids(preset, tokenizer, seed=preset.seed)
-    jobs = {"large": (large.input_ids, PRIMARY_OPS, large.fingerprint()),
-            "small": (small.input_ids, SECONDARY_OPS, small.fingerprint()),
-            "sentences": (sent, tuple(preset.sentence_ops), [s.tolist() for s in sent])}
-    for name, (ids, ops, fp) in jobs.items():
-        def compute(ids=ids, ops=ops):
-            t0 = time.perf_counter()
-            res = ablation.evaluate_interventions(
-                model, ids, ablation.sweep_interventions(model, ops, mean_contrib=mc),
-                batch_size=preset.batch_size, geometry=True)
-            res.meta["seconds"] = time.perf_counter() - t0
-            return res.to_dict()
-        out[name] = ablation.EvalResult.from_dict(
-            cached_json("anatomy-ablation", _key(preset, name, text=fp, calib=calib.fingerprint()), compute))
-    return out
 
+    def compute():
+        t0 = time.perf_counter()
+        res = ablation.evaluate_interventions(model, sent, ablation.sweep_interventions(
+            model, tuple(preset.sentence_ops), mean_contrib=mc), batch_size=preset.batch_size, geometry=True)
+        res.meta["seconds"] = time.perf_counter() - t0
+        return res.to_dict()
 
-def ablation_profile(results: dict[str, ablation.EvalResult], preset: AnatomyPreset) -> pd.DataFrame:
-    """Effect table (ΔNLL, ΔPPL%, CIs, tier) of every operator × layer × protocol."""
-    frames = []
-    for proto, res in results.items():
-        t = ablation.effect_table(res, n_boot=preset.n_boot, seed=preset.seed)
-        t["protocol"] = proto
-        frames.append(t)
-    return pd.concat(frames, ignore_index=True)
+    key = _key(preset, "sentences", text=[s.tolist() for s in sent], calib=calib.fingerprint())
+    sres = ablation.EvalResult.from_dict(cached_json("anatomy-ablation", key, compute))
+    st = ablation.effect_table(sres, n_boot=preset.n_boot, seed=preset.seed)
+    st["protocol"] = "sentences"
+    st["n_docs"] = len(sent)
+    st["n_tokens"] = sres.n_tokens
+    profile = pd.concat([big, small, st], ignore_index=True)
+    return profile, {"large": ex_big, "small": ex_small, "sentences": sres}
 
 
 # ---------------------------------------------------------------- weight generation and manipulation
 def run_replacement(preset: AnatomyPreset, model, tokenizer) -> ablation.EvalResult:
     """Predicted-weight replacement (teacher and generated modes) and matched-norm random controls."""
-    w = windows(preset, tokenizer, "test", preset.replacement_tokens, seed=preset.seed + 2)
+    from layerlab.chapters.anatomy import budget
     from layerlab.core import arch
+
+    ids, groups = budget.doc_sample(preset, tokenizer, preset.replacement_tokens, window=preset.sample_window,
+                                    seed=preset.seed + 2)
 
     L = arch.view(model).n_layers
     ks = tuple(k for k in preset.replacement_ks if k < L)
@@ -151,12 +177,13 @@ def run_replacement(preset: AnatomyPreset, model, tokenizer) -> ablation.EvalRes
         ivs = predictability.replacement_interventions(model, ks=ks, single=single)
         gen = predictability.replacement_interventions(model, ks=ks, mode="generated")
         gen = [ablation.Intervention("gen-" + iv.name, iv.start, iv.context) for iv in gen]
-        res = ablation.evaluate_interventions(model, w.input_ids, ivs + gen, batch_size=preset.batch_size)
+        res = ablation.evaluate_interventions(model, ids, ivs + gen, batch_size=preset.batch_size)
         res.meta["seconds"] = time.perf_counter() - t0
+        res.groups = groups
         return res.to_dict()
 
-    return ablation.EvalResult.from_dict(cached_json("anatomy-replacement", _key(preset, "replacement",
-                                                                                 text=w.fingerprint()), compute))
+    key = _key(preset, "replacement", text=ids.tolist())
+    return ablation.EvalResult.from_dict(cached_json("anatomy-replacement", key, compute))
 
 
 def manipulation_configs(preset: AnatomyPreset) -> dict[str, dict]:
@@ -176,18 +203,23 @@ def run_manipulation(preset: AnatomyPreset, model, tokenizer, redundant: list[in
 
     L = arch.view(model).n_layers
     targets = {f"L{layer}": [layer] for layer in preset.manip_single if layer < L}
-    targets.update({"redundant": list(redundant), "all": list(range(L))})
-    w = windows(preset, tokenizer, "test", preset.manip_tokens, seed=preset.seed + 3)
+    targets.update({"spread": [x for x in preset.manip_spread if x < L], "redundant": list(redundant),
+                    "all": list(range(L))})
+    from layerlab.chapters.anatomy import budget
+
+    ids, groups = budget.doc_sample(preset, tokenizer, preset.manip_tokens, window=preset.sample_window,
+                                    seed=preset.seed + 3)
 
     def compute():
         t0 = time.perf_counter()
         ivs = manipulation.manipulation_interventions(model, targets, manipulation_configs(preset))
-        res = ablation.evaluate_interventions(model, w.input_ids, ivs, batch_size=preset.batch_size)
+        res = ablation.evaluate_interventions(model, ids, ivs, batch_size=preset.batch_size)
         res.meta.update(seconds=time.perf_counter() - t0, targets=targets)
+        res.groups = groups
         return res.to_dict()
 
     return ablation.EvalResult.from_dict(cached_json(
-        "anatomy-manipulation", _key(preset, "manipulation", text=w.fingerprint(), targets=targets), compute))
+        "anatomy-manipulation", _key(preset, "manipulation", text=ids.tolist(), targets=targets), compute))
 
 
 def manipulation_table(res: ablation.EvalResult, preset: AnatomyPreset) -> pd.DataFrame:
@@ -200,12 +232,19 @@ def manipulation_table(res: ablation.EvalResult, preset: AnatomyPreset) -> pd.Da
 
 # ---------------------------------------------------------------- finding 3: recovery
 def run_recovery(preset: AnatomyPreset, model, tokenizer) -> list[recovery.RecoveryCurve]:
-    """Perturb-and-fine-tune runs on the preset's layers, plus the σ = 0 control; train split for
-    fine-tuning, validation split for evaluation (document-disjoint from each other and from the test text)."""
+    """Perturb-and-fine-tune runs on the preset's layers, plus the σ = 0 control; fine-tuning on train
+    documents outside the ablation pool, evaluation on the validation split (document-disjoint from each
+    other and from every evaluated text)."""
     from layerlab.core import arch
 
     L = arch.view(model).n_layers
-    train = windows(preset, tokenizer, "train", preset.recovery_train_tokens, window=preset.recovery_window)
+    from layerlab.chapters.anatomy import budget
+
+    _, rec_docs = budget.pool_windows(preset, tokenizer, window=preset.window)  # train documents outside the pool
+    every = windows(preset, tokenizer, "train", None, window=preset.recovery_window)
+    keep = np.flatnonzero([d in set(rec_docs) for d in every.doc_ids])
+    n_keep = min(len(keep), max(1, -(-preset.recovery_train_tokens // every.n_scored)))
+    train = every.subset(np.sort(np.random.default_rng(preset.seed).choice(keep, n_keep, replace=False)))
     ev = windows(preset, tokenizer, "validation", preset.recovery_eval_tokens, window=preset.recovery_window)
     runs = [(layer, s, k, sc, seed) for layer in preset.recovery_layers if layer < L for s in preset.recovery_sigmas
             for k in preset.recovery_kinds for sc in preset.recovery_scopes for seed in preset.recovery_seeds]
@@ -269,3 +308,17 @@ def replacement_table(res: ablation.EvalResult, preset: AnatomyPreset) -> pd.Dat
     t["ppl"], t["ppl_low"], t["ppl_high"] = (np.exp(base + t.dnll), np.exp(base + t.dnll_low),
                                              np.exp(base + t.dnll_high))
     return t
+
+
+def per_document(res: ablation.EvalResult) -> pd.DataFrame:
+    """Mean ΔNLL (intervention − clean) per document of every intervention of a grouped EvalResult:
+    columns name, doc, dnll (the unit-level values the claim rules test)."""
+    if res.groups is None:
+        raise ValueError("per_document needs an EvalResult with document groups (budget.doc_sample)")
+    g = np.asarray(res.groups)
+    rows = []
+    for name, v in res.nll.items():
+        d = np.asarray(v) - np.asarray(res.base)
+        for doc in np.unique(g):
+            rows.append({"name": name, "doc": int(doc), "dnll": float(d[g == doc].mean())})
+    return pd.DataFrame(rows)

@@ -15,8 +15,8 @@ from layerlab.chapters.anatomy.presets import PRIMARY_OPS, SECONDARY_OPS
 from layerlab.chapters.anatomy.run import AnatomyResult
 from layerlab.report.plots import FIGSIZE, layer_axis, use_style
 
-__all__ = ["ablation_figure", "alpha_figure", "delta_figure", "r2_figure", "recovery_figure", "replacement_figure",
-           "use_style"]
+__all__ = ["ablation_figure", "alpha_figure", "budget_figure", "delta_figure", "r2_figure", "recovery_figure",
+           "replacement_figure", "structure_figure", "use_style"]
 
 
 def delta_figure(r: AnatomyResult):
@@ -28,9 +28,9 @@ def delta_figure(r: AnatomyResult):
     for _, g in null_pairs.groupby("component", sort=False):
         ax.plot(g.pair, g.rho, color="0.7", lw=0.8, zorder=0)
     ax.axhline(-0.5, color="k", ls="--", lw=1, label="null −0.5")
-    ax.set_xlabel("pair l (corr of Δ_l, Δ_{l+1}; 0-based)")
+    ax.set_xlabel(r"pair $l$: corr($\Delta_l$, $\Delta_{l+1}$), 0-based")
     ax.set_ylabel("delta correlation")
-    ax.legend(ncol=4, fontsize="small")
+    ax.legend(ncol=4, fontsize="small", loc="upper right")
     return fig
 
 
@@ -39,20 +39,25 @@ def r2_figure(r: AnatomyResult):
     pred = r.predictability
     comps = list(dict.fromkeys(pred.component))
     variants = list(dict.fromkeys(pred.predictor))
-    fig, axes = plt.subplots(1, len(variants), figsize=(min(2.0 * len(variants), 16), 3.4), sharey=False)
-    for ax, v in zip(np.atleast_1d(axes), variants):
+    ncol = min(4, len(variants))
+    nrow = -(-len(variants) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(FIGSIZE["wide"][0], 3.0 * nrow), sharey=False, squeeze=False)
+    for ax in axes.ravel()[len(variants):]:
+        ax.axis("off")
+    axes = axes.ravel()[:len(variants)]
+    for ax, v in zip(axes, variants):
         t = pred[pred.predictor == v].set_index("component").loc[comps]
         x = np.arange(len(comps))
         ax.bar(x - 0.25, t.r2, width=0.25, label="real")
         ax.bar(x, t.N1, width=0.25, label="N1 random init")
         ax.bar(x + 0.25, t.N2, width=0.25, label="N2 shuffled",
                yerr=[t.N2 - t.N2_low, t.N2_high - t.N2], capsize=2)
-        ax.set_xticks(x, comps, rotation=90, fontsize="x-small")
+        ax.set_xticks(x, comps, rotation=90, fontsize="small")
         ax.set_title(v, fontsize="small")
         lo = max(float(np.nanmin(t[["r2", "N1", "N2_low"]].to_numpy())), -1.0)
         ax.set_ylim(min(lo, 0) - 0.05, 1.05)
-    np.atleast_1d(axes)[0].set_ylabel("held-out R²")
-    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
+    axes[0].set_ylabel(r"held-out $R^2$")
+    handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize="small")
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
@@ -72,7 +77,7 @@ def ablation_figure(r: AnatomyResult, protocol: str = "large"):
         ax.fill_between(t.layer, t.dnll_low, t.dnll_high, alpha=0.25)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_yscale("symlog", linthresh=1e-2)
-    ax.set_ylabel("ΔNLL (nats/token)")
+    ax.set_ylabel(r"$\Delta$NLL (nats/token)")
     layer_axis(ax, n_layers)
     ax.set_title(f"ablation profile, {protocol} protocol")
     ax.legend(ncol=3, fontsize="small")
@@ -105,12 +110,12 @@ def recovery_figure(r: AnatomyResult):
     for c in curves:
         ls = ":" if c.sigma_rel == 0 else "-"
         ax.plot(c.steps, np.asarray(c.nll) - c.base_nll, ls=ls, marker=".",
-                label=f"L{c.layer} σ={c.sigma_rel:g} s{c.seed}")
+                label=rf"L{c.layer} $\sigma$={c.sigma_rel:g} s{c.seed}")
     ax.axhline(0, color="k", lw=0.8)
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_xlabel("fine-tuning step")
     ax.set_ylabel("NLL − baseline (nats)")
-    ax.legend(fontsize="x-small", ncol=2)
+    ax.legend(fontsize="small", ncol=2)
     return fig
 
 
@@ -128,8 +133,54 @@ def alpha_figure(r: AnatomyResult, target: str = "redundant"):
                     capsize=2, label=label)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_yscale("symlog", linthresh=1)
-    ax.set_xlabel("α")
-    ax.set_ylabel("ΔPPL %")
+    ax.set_xlabel(r"$\alpha$")
+    ax.set_ylabel(r"$\Delta$PPL (%)")
     ax.set_title(f"scaling the {target} layers")
     ax.legend()
+    return fig
+
+
+def budget_figure(r: AnatomyResult):
+    """Held-out tokens spent per layer by the adaptive budget (one bar group per operator), with the
+    documents behind each interval on the right axis."""
+    prof = r.ablation[r.ablation.protocol.isin(("large", "small"))]
+    ops = list(dict.fromkeys(prof.op))
+    fig, ax = plt.subplots(figsize=FIGSIZE["wide"])
+    width = 0.8 / max(len(ops), 1)
+    for i, op in enumerate(ops):
+        t = prof[prof.op == op].sort_values("layer")
+        ax.bar(t.layer + (i - (len(ops) - 1) / 2) * width, t.n_tokens, width=width, label=op)
+    ax.set_yscale("log")
+    ax.set_ylabel("held-out tokens scored")
+    layer_axis(ax, r.n_layers)
+    ax2 = ax.twinx()
+    big = prof[prof.protocol == "large"].groupby("layer").n_docs.max()
+    ax2.plot(big.index, big.to_numpy(), "k.", label="documents (primary operators)")
+    ax2.set_ylabel("documents")
+    ax2.set_ylim(0, max(float(big.max()) * 1.1, 1))
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, ncol=3, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.18))
+    fig.tight_layout()
+    return fig
+
+
+def structure_figure(r: AnatomyResult):
+    """Per-layer weight statistics (Frobenius norm, stable rank, effective rank, cosine with the next
+    layer), one line per component for the trained model, the random-init null N1 dashed grey."""
+    stats = (("frobenius", r"$\|W\|_F$"), ("stable_rank", r"stable rank $\|W\|_F^2/\|W\|_2^2$"),
+             ("effective_rank", "effective rank"), ("cos_next", r"cos($W_l$, $W_{l+1}$)"))
+    fig, axes = plt.subplots(2, 2, figsize=(FIGSIZE["wide"][0], 6.0), squeeze=False)
+    for ax, (col, label) in zip(axes.ravel(), stats):
+        for comp, g in r.structure.groupby("component", sort=False):
+            if "norm" not in comp:  # the seven matrices (norm vectors have rank 1)
+                ax.plot(g.layer, g[col], marker=".", lw=1, label=comp)
+        for comp, g in r.structure_null.groupby("component", sort=False):
+            if "norm" in comp:
+                continue
+            ax.plot(g.layer, g[col], color="0.6", ls="--", lw=0.8, zorder=0)
+        ax.set_ylabel(label)
+        ax.set_xlabel("layer (0-based)")
+    axes[0, 0].legend(ncol=2, fontsize="small")
+    fig.tight_layout()
     return fig

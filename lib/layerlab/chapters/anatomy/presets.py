@@ -26,11 +26,22 @@ class AnatomyPreset(Preset):
     tiny_layers: int | None = None        # tiny-* models only: depth of the random model
     window: int = 256
     batch_size: int = 8
-    ablation_tokens: int = 32_768         # skip + neighbour_avg (the primary operators)
-    ablation_tokens_small: int = 4_096    # skip_attn, skip_mlp, mean (documented subset)
+    # adaptive token budget of the ablation profile (chapters/anatomy/budget.py): documents at each look,
+    # the share of the 5% level spent there, windows per document at each look (primary operators at
+    # ``window`` tokens, secondary ones at ``budget_window_small``), the secondary ops' last look, and
+    # layers that always go on to the last look
+    budget_docs: tuple[int, ...] = (8, 16, 32)
+    budget_weights: tuple[float, ...] = (0.25, 0.25, 0.5)
+    budget_windows: tuple[int, ...] = (1, 2, 4)
+    budget_window_small: int = 64
+    budget_windows_small: tuple[int, ...] = (1, 2, 4)
+    budget_looks_small: int = 2
+    budget_force: tuple[int, ...] = ()
     calib_tokens: int = 4_096             # mean-ablation calibration (validation split)
     sentences: int = 10                   # the paper's 10-sentence protocol
     sentence_ops: tuple[str, ...] = ("skip", "neighbour_avg", "skip_attn", "skip_mlp", "mean")
+    sample_docs: int = 8                  # documents of the replacement and manipulation samples
+    sample_window: int = 256              # their window length
     replacement_tokens: int = 4_096
     replacement_ks: tuple[int, ...] = (1, 2, 4, 9, 16)
     replacement_single: tuple[int, ...] = (3, 8, 11, 14, 17, 26)
@@ -38,6 +49,8 @@ class AnatomyPreset(Preset):
     alphas: tuple[float, ...] = (0.5, 0.7, 0.8, 0.9, 0.95, 1.05)
     writer_alphas: tuple[float, ...] = (0.9,)  # α values also run on the residual writers only
     manip_single: tuple[int, ...] = (11, 17)
+    manip_spread: tuple[int, ...] = (4, 12, 20, 27)  # A10's target: fixed in advance, not chosen by any effect
+    quality_margin_pct: float = 5.0       # A10: an edit "preserves quality" if its ΔPPL% CI lies below this
     recovery_layers: tuple[int, ...] = (8, 11, 14, 17, 3, 25)
     recovery_control_layer: int = 11      # σ = 0 fine-tune control
     recovery_sigmas: tuple[float, ...] = (0.5,)
@@ -57,22 +70,27 @@ class AnatomyPreset(Preset):
 
 
 PRESETS: dict[str, AnatomyPreset] = {
-    "smoke": AnatomyPreset(model="tiny-llama", tiny_layers=18, window=64, batch_size=8, ablation_tokens=512,
-                           ablation_tokens_small=128, calib_tokens=128, sentences=2, replacement_tokens=128,
+    "smoke": AnatomyPreset(model="tiny-llama", tiny_layers=18, window=64, sample_window=64, batch_size=8,
+                           budget_docs=(8, 12), manip_spread=(4, 12),
+                           budget_weights=(0.5, 0.5), budget_windows=(1, 1), budget_window_small=32,
+                           budget_windows_small=(1, 1), calib_tokens=128, sentences=2, replacement_tokens=128,
                            replacement_ks=(1, 9), replacement_single=(8,), manip_tokens=128, alphas=(0.5, 0.9),
                            manip_single=(11,), recovery_layers=(8, 11, 14, 17), recovery_steps=4,
                            recovery_eval_every=2, recovery_lr=1e-3, recovery_window=32, recovery_train_tokens=256,
                            recovery_eval_tokens=64, n_boot=200, n_shuffles=5),
-    # sized for ~15 min on 2 cores of the project machine (measured 2026-12-02: ~55 GFLOP/s in the forward;
-    # 60 suffix sweeps over 4,080 tokens took 745 s). The >= 32k-token large protocol is one override away
-    # (papermill -y '{"overrides": {"ablation_tokens": 32768}}': about 100 min more on such a machine).
-    "cpu": AnatomyPreset(model="smollm2-135m", ablation_tokens=2_040, ablation_tokens_small=508, calib_tokens=1_020,
+    # adaptive budget: every (operator, layer) on 8 documents x 1 window (2,040 tokens; secondary operators
+    # 8 x 63 tokens), undecided ones on 16 x 2, then 32 documents x 4 windows (32,640 tokens). At the
+    # idle machine's ~55 GFLOP/s (2026-12-02) the first look costs ~6 min and each layer taken to the last
+    # look ~1.6 min more, so the chapter fits 15 min only while few layers stay undecided.
+    "cpu": AnatomyPreset(model="smollm2-135m", calib_tokens=1_020, sample_window=128,
                          sentence_ops=("skip", "neighbour_avg"), replacement_tokens=508,
                          replacement_ks=(1, 2, 4, 9, 16), replacement_single=(3, 11, 17, 26),
-                         manip_tokens=508, alphas=(0.5, 0.9, 1.05), recovery_layers=(8, 11, 14, 17),
+                         manip_tokens=508, alphas=(0.5, 0.9, 1.05), recovery_layers=(2, 5, 8, 11, 14, 17, 22, 27),
                          recovery_steps=10, recovery_eval_every=5, recovery_eval_tokens=508),
-    "gpu": AnatomyPreset(model="HuggingFaceTB/SmolLM2-135M", device="cuda", batch_size=32, ablation_tokens=1_048_576,
-                         ablation_tokens_small=262_144, calib_tokens=65_536, replacement_tokens=131_072,
+    "gpu": AnatomyPreset(model="HuggingFaceTB/SmolLM2-135M", device="cuda", batch_size=32, sample_docs=32,
+                         budget_windows=(16, 64, 160), budget_window_small=256, budget_windows_small=(4, 16, 40),
+                         budget_looks_small=3, budget_force=tuple(range(30)), calib_tokens=65_536,
+                         replacement_tokens=131_072,
                          replacement_ks=tuple(range(1, 29)), replacement_single=tuple(range(1, 30)),
                          manip_tokens=131_072, writer_alphas=(0.5, 0.7, 0.8, 0.9, 0.95, 1.05),
                          recovery_layers=tuple(range(30)), recovery_sigmas=(0.1, 0.5, 1.0),
@@ -87,6 +105,6 @@ SECONDARY_OPS: tuple[str, ...] = ("skip_attn", "skip_mlp", "mean")
 
 
 def preset(profile: str, **overrides: Any) -> AnatomyPreset:
-    """``PRESETS[profile]`` with ``overrides`` (e.g. ``seed=1, ablation_tokens=32768``); unknown profiles
+    """``PRESETS[profile]`` with ``overrides`` (e.g. ``seed=1, budget_force=(13, 14)``); unknown profiles
     or fields fail clearly."""
     return make_preset(PRESETS, profile, **overrides)

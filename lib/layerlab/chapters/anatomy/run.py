@@ -40,10 +40,13 @@ class AnatomyResult:
     Weights: ``structure[_null]`` (per layer and component: norms, ranks, next-layer cosine),
     ``delta``/``delta_null``/``delta_shuffled`` (delta correlation per component: real, N1, N2 shuffled
     layer order) with per-pair tables ``delta_pairs``/``delta_null_pairs``, ``predictability`` (held-out
-    R² of P1–P5 with N1/N2 nulls), ``r2_splits`` (P1–P3 R² over random held-out splits), ``quant`` and
+    R² of P1–P5 with N1/N2 nulls), ``r2_splits`` (P1–P3 R² over random held-out splits), ``r2_loo`` (P1 R²
+    of each layer held out alone: real, N1, N2), ``delta_null_q`` (N1 after a Q4_1 round trip), ``quant`` and
     ``quant_delta`` (Q4_1 error energy; None without a quantised model). ``replacement``: effects of
     predicted-weight replacement (with PPL). ``ablation``: ΔNLL/ΔPPL% with CIs and tiers of every
-    operator × layer × protocol (large, small, sentences); ``sentence_nll``/``sentence_groups``: the clean
+    operator × layer × protocol (large, small: adaptive budgets over documents, with documents, tokens and
+    looks spent; sentences); ``first_look``: per-document ΔNLL of every "op@layer" at the first look (the
+    same documents for all layers); ``sentence_nll``/``sentence_groups``: the clean
     per-token NLL of the 10-sentence protocol and its sentence ids (the A4 baseline); ``agreement``:
     Spearman agreement of the profiles with each other and with BI / angular distance. ``manipulation``:
     effects per config × target; ``redundant``: the layers of the redundant target. ``curves``/``recovery``:
@@ -62,14 +65,19 @@ class AnatomyResult:
     delta_shuffled: pd.DataFrame
     predictability: pd.DataFrame
     r2_splits: pd.DataFrame
+    r2_loo: pd.DataFrame
+    delta_null_q: pd.DataFrame | None
     quant: pd.DataFrame | None
     quant_delta: pd.DataFrame | None
     replacement: pd.DataFrame
+    replacement_docs: pd.DataFrame
     ablation: pd.DataFrame
+    first_look: dict[str, list[float]]
     sentence_nll: np.ndarray
     sentence_groups: np.ndarray | None
     agreement: pd.DataFrame
     manipulation: pd.DataFrame
+    manipulation_docs: pd.DataFrame
     redundant: list[int]
     curves: list[RecoveryCurve]
     recovery: pd.DataFrame
@@ -129,31 +137,38 @@ def _compute(P: AnatomyPreset) -> AnatomyResult:
                    rep_random_med=float(rep[rep.name.str.startswith("random@")].dppl_pct.median()),
                    rep_tokens=int(rep_res.n_tokens))
 
-    abl = an.run_ablation(P, model, tok)
-    profile = an.ablation_profile(abl, P)
-    agree = ablation.rank_agreement(profile[profile.protocol == "large"], abl["large"], seed=P.seed)
+    profile, abl = an.run_ablation(P, model, tok)
+    geo = ablation.EvalResult(base=np.zeros(1), nll={}, n_tokens=0, block_influence=abl["large"]["block_influence"],
+                              angular_distance=abl["large"]["angular_distance"])
+    agree = ablation.rank_agreement(profile[profile.protocol == "large"], geo, seed=P.seed)
     numbers.update(_ablation_numbers(P, abl, profile, agree))
 
     man_res = an.run_manipulation(P, model, tok, an.redundant_layers(profile))
     man = an.manipulation_table(man_res, P)
     redundant = [int(x) for x in man_res.meta["targets"]["redundant"]]
-    numbers.update(manip_tokens=int(man_res.n_tokens), redundant=", ".join(str(x) for x in redundant))
+    numbers.update(sample_docs=int(P.sample_docs), rep_docs=int(len(set(rep_res.groups.tolist()))),
+                   manip_tokens=int(man_res.n_tokens), redundant=", ".join(str(x) for x in redundant))
 
     curves = an.run_recovery(P, model, tok)
     rec = an.recovery_table(curves)
     numbers.update(rec_cap=int(P.recovery_steps), rec_n=int(len(rec)),
-                   compute_min=an.timings(W, abl, man_res) / 60)
+                   compute_min=(an.timings(W, man_res) + abl["large"]["seconds"] + abl["small"]["seconds"]) / 60)
 
     sent = abl["sentences"]
-    tokens = an.windows(P, tok, "test", P.ablation_tokens).fingerprint()  # the large protocol's text
+    tokens = abl["large"]["text"]  # the large protocol's documents and windows
     return AnatomyResult(
         provenance=provenance("anatomy", P, model=P.model, tokens=tokens, seed=P.seed), preset=P, n_layers=L,
         structure=W["structure"], structure_null=W["structure_null"], delta=W["delta"],
         delta_pairs=W["delta_pairs"], delta_null=W["delta_null"], delta_null_pairs=W["delta_null_pairs"],
         delta_shuffled=W["delta_shuffled"], predictability=W["predictability"], r2_splits=W["r2_splits"],
-        quant=W.get("quant"), quant_delta=W.get("quant_delta"), replacement=rep, ablation=profile,
+        r2_loo=W["r2_loo"], delta_null_q=W.get("delta_null_q"),
+        quant=W.get("quant"), quant_delta=W.get("quant_delta"), replacement=rep,
+        replacement_docs=an.per_document(rep_res),
+        ablation=profile,
         sentence_nll=np.asarray(sent.base), sentence_groups=None if sent.groups is None else np.asarray(sent.groups),
-        agreement=agree, manipulation=man, redundant=redundant, curves=curves, recovery=rec, numbers=numbers)
+        first_look={**abl["large"]["first_values"], **abl["small"]["first_values"]},
+        agreement=agree, manipulation=man,
+        manipulation_docs=an.per_document(man_res), redundant=redundant, curves=curves, recovery=rec, numbers=numbers)
 
 
 def _weight_numbers(W: dict) -> dict[str, Any]:
@@ -177,10 +192,10 @@ def _weight_numbers(W: dict) -> dict[str, Any]:
     return out
 
 
-def _ablation_numbers(P: AnatomyPreset, abl: dict[str, ablation.EvalResult], profile: pd.DataFrame,
-                      agree: pd.DataFrame) -> dict[str, Any]:
-    """Glued values of the ablation section: token counts, baseline PPL, top layers, significant layers, ρ."""
+def _ablation_numbers(P: AnatomyPreset, abl: dict, profile: pd.DataFrame, agree: pd.DataFrame) -> dict[str, Any]:
+    """Glued values of the ablation section: budgets, baseline PPL, top layers, significant layers, ρ."""
     big = profile[profile.protocol == "large"]
+    small = profile[profile.protocol == "small"]
     top = big.loc[big.groupby("op").dnll.idxmax()].set_index("op")
 
     def n_sig(op: str) -> int:
@@ -189,8 +204,14 @@ def _ablation_numbers(P: AnatomyPreset, abl: dict[str, ablation.EvalResult], pro
 
     r = agree[(agree.a == "neighbour_avg") & (agree.b == "skip")]
     r = r if len(r) else agree[(agree.a == "skip") & (agree.b == "neighbour_avg")]
-    return {"abl_tokens": int(abl["large"].n_tokens), "abl_tokens_small": int(abl["small"].n_tokens),
-            "sent_tokens": int(abl["sentences"].n_tokens), "sent_ops": ", ".join(P.sentence_ops),
-            "base_ppl_large": an.ppl(abl["large"].base), "skip_top_layer": int(top.loc["skip", "layer"]),
-            "nb_top_layer": int(top.loc["neighbour_avg", "layer"]), "n_sig_skip": n_sig("skip"),
-            "n_sig_nb": n_sig("neighbour_avg"), "rho_skip_nb": float(r.rho.iloc[0])}
+    sent = abl["sentences"]
+    return {"abl_tokens_min": int(big.n_tokens.min()), "abl_tokens_max": int(big.n_tokens.max()),
+            "abl_docs_min": int(big.n_docs.min()), "abl_docs_max": int(big.n_docs.max()),
+            "abl_n_extended": int((big.looks > 1).sum()), "abl_n_last": int((big.looks == big.looks.max()).sum()),
+            "abl_n_rows": int(len(big)), "abl_tokens_total": int(big.n_tokens.sum() + small.n_tokens.sum()),
+            "abl_small_docs_min": int(small.n_docs.min()), "abl_small_tokens_max": int(small.n_tokens.max()),
+            "abl_design": abl["large"]["design"], "abl_window_small": int(P.budget_window_small),
+            "sent_tokens": int(sent.n_tokens), "sent_ops": ", ".join(P.sentence_ops),
+            "base_ppl_large": float(np.exp(abl["large"]["base_mean"])),
+            "skip_top_layer": int(top.loc["skip", "layer"]), "nb_top_layer": int(top.loc["neighbour_avg", "layer"]),
+            "n_sig_skip": n_sig("skip"), "n_sig_nb": n_sig("neighbour_avg"), "rho_skip_nb": float(r.rho.iloc[0])}

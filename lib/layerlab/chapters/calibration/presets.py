@@ -21,7 +21,7 @@ class Case:
     """One design to calibrate (see the module docstring)."""
 
     label: str  # where the design is used, e.g. "residual R2-R6"
-    kind: str  # "paired" | "correlation" | "peak_drop" | "stratified_correlation" | "growth_compare"
+    kind: str  # a scenario kind of layerlab.report.calibration.scenario ("paired", "correlation", ...)
     n: int
     unit: str
     effect: float
@@ -51,6 +51,8 @@ CASES: tuple[Case, ...] = (
          effect=0.09),
     Case(label="coupling Q1 (6 family members)", kind="paired", n=6, unit="members", effect=1.5),
     Case(label="coupling C4-Fig1a (19 models, gpu)", kind="correlation", n=19, unit="models", effect=0.8),
+    Case(label="anatomy adaptive token budget (looks at 8, 16, 32 documents)", kind="sequential", n=32,
+         unit="documents", effect=0.6),
 )
 """The designs of the book, at the chapters' real n (``cpu`` profile)."""
 

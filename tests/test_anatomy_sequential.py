@@ -1,0 +1,83 @@
+"""The sequential (adaptive-budget) design of the anatomy chapter: alpha spending keeps false
+"supported" at the nominal level where naive repeated looks do not (layerlab.report.sequential)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from layerlab.report.calibration import Scenario, calibrate, scenario
+from layerlab.report.inference import mean_effect
+from layerlab.report.sequential import SequentialDesign, naive_sequential, run_sequential, sequential_mean, settled
+from layerlab.report.verdicts import Direction
+
+
+def test_design_validates_looks_and_weights():
+    d = SequentialDesign(looks=(8, 16, 32), weights=(0.25, 0.25, 0.5))
+    assert d.level(0) == pytest.approx(1 - 0.05 * 0.25) and d.level(2) == pytest.approx(0.975)
+    assert SequentialDesign(looks=(4, 8)).weights == (0.5, 0.5)
+    for bad in ({"looks": (8, 8)}, {"looks": (1, 4)}, {"looks": (4, 8), "weights": (0.7, 0.7)}):
+        with pytest.raises(ValueError, match="SequentialDesign"):
+            SequentialDesign(**bad)
+
+
+def test_adjusted_p_is_the_smallest_weighted_look_p():
+    rng = np.random.default_rng(0)
+    x = rng.normal(0.3, 1.0, 32)
+    d = SequentialDesign(looks=(8, 16, 32), weights=(0.25, 0.25, 0.5))
+    ev = sequential_mean([x[:8], x[:16], x[:32]], d, unit="documents", seed=0, n_perm=2000)
+    looks = [mean_effect(x[:n], unit="documents", seed=j, n_perm=2000) for j, n in enumerate(d.looks)]
+    assert ev.p_greater == pytest.approx(min(1.0, min(e.p_greater / w for e, w in zip(looks, d.weights))))
+    # the interval is the last look's at the spent level: wider than the 95% t-interval
+    plain = looks[-1]
+    assert ev.low < plain.low and ev.high > plain.high and ev.n == 32
+    with pytest.raises(ValueError, match="units"):
+        sequential_mean([x[:7]], d, unit="documents")
+
+
+def test_settled_means_every_threshold_left_the_interval():
+    ev = mean_effect(np.array([1.0, 1.1, 0.9, 1.2, 1.05, 0.95, 1.0, 1.1]), unit="documents")
+    assert settled(ev, (0.0, 0.01)) and not settled(ev, (0.0, 1.0))
+
+
+def test_adaptive_stopping_is_calibrated_and_naive_looks_are_not():
+    rule = Direction()
+    cal = calibrate(rule, scenario("sequential", n=32, unit="documents", effect=0.6), n_sims=300, seed=1)
+    assert cal.calibrated and cal.false_supported <= 0.05
+    assert cal.power > 0.5  # the claimed effect (0.6 sd) is found at 32 documents
+    looks = tuple(range(4, 44, 4))  # ten looks at the full level: the textbook inflation
+    naive = Scenario(name="naive", n=40, unit="documents", effect_size="0",
+                     null=lambda r: r.normal(0, 1, 40), effect=lambda r: r.normal(0.6, 1, 40),
+                     evidence=lambda v, s: naive_sequential(v, looks, seed=s))
+    bad = calibrate(rule, naive, n_sims=300, seed=2)
+    valid = Scenario(name="valid", n=40, unit="documents", effect_size="0", null=naive.null, effect=naive.effect,
+                     evidence=lambda v, s: run_sequential(v, SequentialDesign(looks=looks), thresholds=(0.0,),
+                                                          seed=s, n_perm=500)[0])
+    good = calibrate(rule, valid, n_sims=300, seed=2)
+    assert bad.false_supported > good.false_supported
+    assert good.false_supported <= 0.05 and bad.false_supported > 0.05
+
+
+def test_stops_early_only_when_settled():
+    big = np.full(32, 2.0) + np.random.default_rng(0).normal(0, 0.1, 32)
+    ev, k = run_sequential(big, SequentialDesign(looks=(8, 16, 32), weights=(0.25, 0.25, 0.5)),
+                           thresholds=(0.0,), unit="documents")
+    assert k == 1 and ev.n == 8
+    near = np.random.default_rng(1).normal(0, 1, 32)
+    ev, k = run_sequential(near, SequentialDesign(looks=(8, 16, 32), weights=(0.25, 0.25, 0.5)),
+                           thresholds=(0.0,), unit="documents")
+    assert ev.n == 32 or not (ev.low <= 0 <= ev.high)
+
+
+def test_budget_stops_inside_the_redundant_band_or_past_every_threshold():
+    from layerlab.chapters.anatomy.budget import decided
+
+    tight_zero = mean_effect(np.array([0.001, -0.001, 0.0005, -0.0005, 0.001, -0.001, 0.0, 0.0002]),
+                             unit="documents")
+    assert decided(tight_zero)  # redundant, and no anti-layer of -0.6%
+    wide_zero = mean_effect(np.array([0.05, -0.05, 0.03, -0.04, 0.05, -0.05, 0.0, 0.02]), unit="documents")
+    assert not decided(wide_zero)
+    critical = mean_effect(np.array([2.0, 2.1, 1.9, 2.2, 2.0, 1.8, 2.1, 2.0]), unit="documents")
+    assert decided(critical)
+    at_the_line = mean_effect(np.array([0.6, 0.8, 0.7, 0.75, 0.65, 0.72, 0.68, 0.7]), unit="documents")
+    assert not decided(at_the_line)  # log 2 = 0.693 is inside: critical or not is still open
