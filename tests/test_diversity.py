@@ -116,6 +116,55 @@ def test_truncation_at_full_depth_reproduces_full_terms():
     assert torch.equal(full[0].mse, at_L[0].mse) and torch.equal(full[2], at_L[2])
 
 
+def test_prefix_recomputes_the_norm_at_half_block_points_with_a_biased_readout():
+    """Every prefix of members (half-block points after an attention member included) read through a
+    fitted linear head (which has a bias) equals the head applied to the normed prefix residual, computed
+    here directly from the captured writes. Reusing the previous block's scale fails this (the head's bias
+    makes the argmax depend on the scale)."""
+    from layerlab.chapters.diversity import analysis as da
+    from layerlab.core.arch import view
+
+    model = tiny_model("llama", seed=0)
+    g = torch.Generator().manual_seed(3)
+    seqs = [torch.randint(0, 259, (7,), generator=g) for _ in range(12)]
+    feats = dm.collect(model, seqs, labels=[i % 3 for i in range(12)])
+    head = dm.fit_head(feats, 3)
+    assert head.b.abs().max() > 1e-3  # the readout has a bias
+    ro = dm.apply_readout(feats, head)
+    p = view(model).final_norm_params()
+    W, b0 = head.W.double(), head.b.double()
+    n_members = ro.raw.shape[1]
+    worst_old = 0.0
+    for s, seq in enumerate(seqs):
+        _, cap = run_with_capture(model, seq[None], ("embed", "attn_out", "mlp_out"))
+        writes = [cap["embed"][0, -1]]
+        for layer in range(ro.n_layers):
+            writes += [cap["attn_out"][layer, 0, -1], cap["mlp_out"][layer, 0, -1]]
+        prefix = torch.cumsum(torch.stack(writes), 0)  # [M, d]: residual after each member
+        for j in range(1, n_members + 1):
+            h = prefix[j - 1]
+            normed = p.weight * p.center(h) / p.scale(h)
+            ref = W @ normed + b0  # [C]
+            c, b = ro.prefix(j)
+            assert torch.allclose(c[s].sum(0) + b, ref, atol=TOL, rtol=0), (s, j)
+            if j % 2 == 0:  # the old definition: the previous block's scale r_{k-1} at a half-block point
+                old = ro.raw[s, :j].sum(0) / ro.scales[s, (j - 1) // 2] + ro.bias
+                worst_old = max(worst_old, float((old - ref).abs().max()))
+    assert worst_old > 1e-3  # the bug this test guards against is visible on this model
+    preds = [da._prefix_prediction(ro, j) for j in range(1, n_members + 1)]
+    assert all(pr.shape == (12,) for pr in preds)
+    with pytest.raises(ValueError, match="out of range"):
+        ro.prefix(n_members + 1)
+
+
+def test_prefix_without_half_block_scales_is_refused():
+    f, labels = _rand(n=4, m=5, c=3)
+    ro = dv.MemberReadout(f, torch.ones(4, 3, dtype=torch.float64), torch.ones(3, dtype=torch.float64), labels % 3)
+    assert ro.prefix(3)[0].shape == (4, 3, 3)  # block boundary: r_1 is stored
+    with pytest.raises(ValueError, match="half_scales"):
+        ro.prefix(2)
+
+
 def test_member_shuffle_keeps_class_marginals():
     f, labels = _rand(n=40, m=3, c=2, seed=3)
     s = dv.shuffle_members(f, labels, seed=0)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import torch
-
 from layerlab.metrics import diversity as dv
 from layerlab.metrics import infotheory as it
 from layerlab.report.stats import bootstrap_ci, pearson, spearman
@@ -182,7 +180,7 @@ def info_terms(readout: dv.MemberReadout, *, n_boot: int = 200, n_perm: int = 20
     # member i's context: the lens summary just before it (S of the block containing its predecessor)
     ctx = np.zeros_like(U)
     if readout.level == "module":
-        pre = [dv.ensemble(*_prefix(readout, j)).mean(1).argmax(-1).numpy() for j in range(1, U.shape[1])]
+        pre = [_prefix_prediction(readout, j) for j in range(1, U.shape[1])]
         ctx[:, 1:] = np.stack(pre, 1)
     else:
         ctx[:, 1:] = S[:, :-1]
@@ -215,13 +213,12 @@ def info_terms(readout: dv.MemberReadout, *, n_boot: int = 200, n_perm: int = 20
     return pd.DataFrame(rows)
 
 
-def _prefix(readout: dv.MemberReadout, j: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Members 0..j-1 with the norm recomputed on their partial sum (half-block points included)."""
-    # r for an arbitrary prefix: the scale of the depth-k residual is stored only at block boundaries,
-    # so half-block points (after a_k) reuse r_{k-1}; predictions (argmax) only need the direction.
-    k = (j - 1) // 2
-    c = readout.raw[:, :j] / readout.scales[:, k, None, None]
-    return c, readout.bias
+def _prefix_prediction(readout: dv.MemberReadout, j: int) -> np.ndarray:
+    """The lens prediction argmax_c z[c] after the first ``j`` members, the norm recomputed on their
+    partial sum (half-block points use the half-block scale: with a readout bias, e.g. the linear head,
+    the argmax depends on the scale, not only on the direction). [N]"""
+    c, b = readout.prefix(j)
+    return (c.sum(1) + b).argmax(-1).numpy()
 
 
 def gain_violations(info: pd.DataFrame, *, n_perm: int = 500, seed: int = 0) -> dict[str, float]:
