@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from layerlab.metrics import diversity as dv
 from layerlab.metrics import infotheory as it
 from layerlab.report.stats import bootstrap_ci, pearson, spearman
