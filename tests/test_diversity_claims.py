@@ -15,7 +15,7 @@ from layerlab.chapters.diversity.regime import regime
 from layerlab.metrics import diversity as dv
 from layerlab.metrics import infotheory as it
 from layerlab.report.inference import mean_effect
-from layerlab.report.resampled import bootstrap_evidence, partial_correlation
+from layerlab.report.resampled import bootstrap_evidence, half_change_depth, lag, partial_correlation
 from layerlab.report.verdicts import Direction
 
 dc = importlib.import_module("layerlab.chapters.diversity.claims")  # the package's `claims` is the function
@@ -134,12 +134,12 @@ def test_partial_correlation_removes_a_dominating_shared_scale():
 
 def test_half_change_depth_and_lag():
     k = np.arange(11, dtype=float)
-    assert de.half_change_depth(k) == pytest.approx(5.0)
-    assert de.half_change_depth(np.r_[0, 0, 0, 1, 1.0]) == pytest.approx(2.5)
+    assert half_change_depth(k) == pytest.approx(5.0)
+    assert half_change_depth(np.r_[0, 0, 0, 1, 1.0]) == pytest.approx(2.5)
     bias = 1 / (1 + np.exp(k - 3))  # falls, half-way at 3
     div = 1 / (1 + np.exp(-(k - 7)))  # rises, half-way at 7
-    assert de.lag(bias, div) == pytest.approx(4.0, abs=0.3)
-    assert np.isnan(de.lag(div, div))  # bias does not fall: no lag defined
+    assert lag(bias, div) == pytest.approx(4.0, abs=0.3)
+    assert np.isnan(lag(div, div))  # bias does not fall: no lag defined
 
 
 def test_pointwise_information_averages_to_the_plug_in_mi():

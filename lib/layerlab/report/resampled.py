@@ -10,6 +10,11 @@ chapters' real n (cases labelled "diversity ..." in ``chapters/calibration/prese
   p-values permute the residuals of y given z (Freedman & Lane 1983, *J. Bus. Econ. Stat.* 1, 292-298;
   Anderson & Robinson 2001, *Aust. N. Z. J. Stat.* 43, 75-88), the interval is a percentile bootstrap of
   the units with the regression refitted in every replicate.
+* :func:`curve_partial_correlation`: the partial correlation, across the points of a curve (depths), of
+  two per-unit curves averaged over units, given depth; p is the larger of the bootstrap p over units
+  (the curves re-averaged) and the Freedman-Lane p over depths (:func:`larger_p`): the first treats the
+  depths as fixed, the second as exchangeable, and a verdict needs both.
+* :func:`lag`: how many depths the half-way point of a rising curve trails that of a falling one.
 * :func:`bootstrap_evidence`: ``stat(idx)`` evaluated on the units and on ``n_boot`` resamples of them
   (Efron & Tibshirani 1993, ch. 13 and ch. 16 for the bootstrap test). One-sided p-values are the share
   of replicates at or beyond the null on the other side, ``(1 + #)/(B + 1)``: the test that inverts the
@@ -26,7 +31,8 @@ import numpy as np
 from layerlab.report.inference import SMALL_N, Evidence
 from layerlab.report.stats import as_numpy, resample_indices
 
-__all__ = ["bootstrap_evidence", "evidence_from_replicates", "partial_correlation", "residualise"]
+__all__ = ["bootstrap_evidence", "curve_partial_correlation", "evidence_from_replicates", "half_change_depth",
+           "lag", "larger_p", "partial_correlation", "residualise"]
 
 
 def residualise(x: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -127,3 +133,71 @@ def evidence_from_replicates(estimate: float, reps: Any, *, unit: str, n: int, n
     p_l = float((1 + np.sum((reps >= null) | bad)) / (b + 1))
     return Evidence(estimate=est, low=lo, high=hi, p_greater=p_g, p_less=p_l, unit=unit, n=n,
                     method=f"percentile bootstrap over {unit} ({b}); bootstrap test", null=null, p_min=1 / (b + 1))
+
+
+def larger_p(boot: Evidence, perm: Evidence, *, unit: str) -> Evidence:
+    """``boot``'s estimate and interval with each one-sided p the larger of the two tests' (both must
+    reject); the unit names both resamplings."""
+    return Evidence(estimate=boot.estimate, low=boot.low, high=boot.high, p_greater=max(boot.p_greater, perm.p_greater),
+                    p_less=max(boot.p_less, perm.p_less), unit=unit, n=boot.n,
+                    method=f"{boot.method}; {perm.method}; p = the larger of the two", null=boot.null,
+                    p_min=max(boot.p_min, perm.p_min))
+
+
+def _partial_r(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
+    rx, ry = residualise(x, z), residualise(y, z)
+    den = np.sqrt((rx @ rx) * (ry @ ry))
+    return float(rx @ ry / den) if den > 0 else float("nan")
+
+
+def curve_partial_correlation(x: Any, y: Any, z: Any = None, *, unit: str, rank: bool = False, n_boot: int = 1000,
+                              n_perm: int = 2000, seed: int = 0) -> Evidence:
+    """Partial correlation across K depths of the unit-mean curves of ``x`` and ``y`` ([n, K] each) given
+    ``z`` ([K] or [K, q]; default a cubic polynomial in depth: a linear control leaves a curved shared
+    trend in both residuals, which alone makes curves that rise and fall together correlate), with
+    :func:`larger_p` of a bootstrap over the n units and a Freedman-Lane permutation over the K depths."""
+    x_, y_ = as_numpy(x), as_numpy(y)
+    if x_.ndim != 2 or x_.shape != y_.shape:
+        raise ValueError(f"curve_partial_correlation needs x, y [n_units, n_depths] of one shape, got {x_.shape}, "
+                         f"{y_.shape}")
+    n, K = x_.shape
+    from scipy.stats import rankdata
+
+    tr = rankdata if rank else np.asarray
+    if z is None:
+        t = np.linspace(-1.0, 1.0, K)
+        z_ = np.column_stack([t, t**2, t**3])  # [K, 3]
+    else:
+        z_ = as_numpy(z).reshape(K, -1)
+        z_ = np.column_stack([tr(c) for c in z_.T])
+
+    def stat(i: np.ndarray) -> float:
+        return _partial_r(tr(x_[i].mean(0)), tr(y_[i].mean(0)), z_)
+
+    boot = bootstrap_evidence(stat, n, unit=unit, n_boot=n_boot, seed=seed)
+    perm = partial_correlation(tr(x_.mean(0)), tr(y_.mean(0)), z_, unit="depths", n_perm=n_perm, n_boot=100,
+                               seed=seed)
+    return larger_p(boot, perm, unit=f"{unit} (CI); {K} depths (permutation)")
+
+
+def half_change_depth(curve: Any) -> float:
+    """The (linearly interpolated) depth at which ``curve`` [K] first covers half of its change from the
+    first to the last depth; NaN when it ends where it started."""
+    c = as_numpy(curve).ravel()
+    total = c[-1] - c[0]
+    if not np.isfinite(total) or abs(total) <= 1e-12 * max(1.0, float(np.abs(c).max())):
+        return float("nan")
+    s = np.sign(total) * (c - c[0]) - 0.5 * abs(total)  # crosses 0 upward at the half-way point
+    k = int(np.argmax(s >= 0))
+    if k == 0:
+        return 0.0
+    return float(k - 1 + (-s[k - 1]) / (s[k] - s[k - 1]))
+
+
+def lag(falling: Any, rising: Any) -> float:
+    """Half-change depth of ``rising`` minus that of ``falling`` (mean curves [K]); NaN unless the first
+    falls and the second rises overall."""
+    f, r = as_numpy(falling).ravel(), as_numpy(rising).ravel()
+    if not (f[-1] < f[0] and r[-1] > r[0]):
+        return float("nan")
+    return half_change_depth(r) - half_change_depth(f)

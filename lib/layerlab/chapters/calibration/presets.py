@@ -21,7 +21,7 @@ class Case:
     """One design to calibrate (see the module docstring)."""
 
     label: str  # where the design is used, e.g. "residual R2-R6"
-    kind: str  # "paired" | "correlation" | "peak_drop"
+    kind: str  # "paired" | "correlation" | "peak_drop" | a kind appended to report.calibration.scenario
     n: int
     unit: str
     effect: float
@@ -40,6 +40,19 @@ CASES: tuple[Case, ...] = (
     Case(label="peak then drop, held-out peak", kind="peak_drop", n=16, unit="documents", effect=0.3),
     Case(label="peak then drop, same-data peak", kind="peak_drop", n=16, unit="documents", effect=0.3,
          held_out=False, expect_calibrated=False),
+    # diversity chapter, cpu profile: 128 test examples per task and readout, 31 truncation depths
+    Case(label="diversity D3 partial r(Bias, Div | Omega) (128 examples)", kind="partial_omega", n=128,
+         unit="examples", effect=0.3),
+    Case(label="diversity D8 partial r of depth curves (128 examples, 31 depths)", kind="curve_partial", n=128,
+         unit="examples", effect=0.6),
+    Case(label="diversity D5 partial Spearman over blocks (128 examples)", kind="curve_partial_rank", n=128,
+         unit="examples", effect=0.6),
+    Case(label="diversity D6/D10 held-out peak, 0/1 accuracy (128 examples)", kind="peak_binary", n=128,
+         unit="examples", effect=0.15),
+    Case(label="diversity D6/D10 same-data peak, 0/1 accuracy (128 examples)", kind="peak_binary_naive", n=128,
+         unit="examples", effect=0.15, expect_calibrated=False),
+    Case(label="diversity D9 lag of Div behind Bias (128 examples)", kind="curve_lag", n=128, unit="examples",
+         effect=3.0),
 )
 """The designs of the book, at the chapters' real n (``cpu`` profile)."""
 

@@ -32,10 +32,18 @@ from layerlab.chapters.diversity import analysis as da
 from layerlab.metrics import diversity as dv
 from layerlab.metrics import infotheory as it
 from layerlab.report.inference import Evidence, held_out_peak_drop
-from layerlab.report.resampled import bootstrap_evidence, evidence_from_replicates, partial_correlation, residualise
+from layerlab.report.resampled import (
+    bootstrap_evidence,
+    curve_partial_correlation,
+    evidence_from_replicates,
+    lag,
+    larger_p,
+    partial_correlation,
+    residualise,
+)
 from layerlab.report.stats import resample_indices
 
-__all__ = ["claim_evidence", "d5_blocks", "depth_terms", "half_change_depth", "lag", "pointwise_information"]
+__all__ = ["claim_evidence", "d5_blocks", "depth_terms", "pointwise_information"]
 
 UNIT = "examples"
 D8_TERMS = ("mse", "bias", "div", "ce")
@@ -53,28 +61,6 @@ def depth_terms(ro: dv.MemberReadout) -> dict[str, np.ndarray]:
     m = np.array([ro.n_members(k) for k in range(ro.n_layers + 1)], dtype=np.float64)  # [L+1]
     out["bias_per_m"], out["div_per_m"] = out["bias"] / m, out["div"] / m
     return out
-
-
-def half_change_depth(curve: np.ndarray) -> float:
-    """The (linearly interpolated) depth at which ``curve`` [K] first covers half of its change from
-    depth 0 to the last depth; NaN when the curve ends where it started."""
-    c = np.asarray(curve, dtype=np.float64)
-    total = c[-1] - c[0]
-    if not np.isfinite(total) or abs(total) <= 1e-12 * max(1.0, float(np.abs(c).max())):
-        return float("nan")
-    s = np.sign(total) * (c - c[0]) - 0.5 * abs(total)  # crosses 0 upward at the half-way point
-    k = int(np.argmax(s >= 0))
-    if k == 0:
-        return 0.0
-    return float(k - 1 + (-s[k - 1]) / (s[k] - s[k - 1]))
-
-
-def lag(bias: np.ndarray, div: np.ndarray) -> float:
-    """D9's statistic on mean curves [K]: half-change depth of Div minus that of Bias, NaN unless Bias
-    falls and Div rises overall (the shape the claim describes)."""
-    if not (bias[-1] < bias[0] and div[-1] > div[0]):
-        return float("nan")
-    return half_change_depth(div) - half_change_depth(bias)
 
 
 def pointwise_information(S: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -140,28 +126,21 @@ def _d5(ro: dv.MemberReadout, n_boot: int, seed: int) -> dict:
                      for g, d, r in zip(G, D, R, strict=True)])
     if not np.isfinite(reps[0]):
         return {"missing": "the gain or the information diversity is constant over blocks"}
-    return _ev(evidence_from_replicates(reps[0], reps[1:], unit=UNIT, n=n))
+    boot = evidence_from_replicates(reps[0], reps[1:], unit=UNIT, n=n)
+    perm = partial_correlation(G[0], D[0], R[0], unit="blocks", rank=True, n_boot=100, seed=seed)
+    return _ev(larger_p(boot, perm, unit=f"{UNIT} (CI); {G.shape[1]} blocks (permutation)"))
 
 
 def _d8(terms: dict[str, np.ndarray], n_boot: int, n_perm: int, seed: int) -> dict:
     acc = terms["acc"]
-    k = np.arange(acc.shape[1], dtype=np.float64)
     if np.std(acc.mean(0)) == 0:
         return {t: {"missing": "accuracy is constant over depth"} for t in D8_TERMS}
     out = {}
     for t in D8_TERMS:
-        x = terms[t]
-        if np.std(x.mean(0)) == 0:
+        if np.std(terms[t].mean(0)) == 0:
             out[t] = {"missing": f"{t} is constant over depth"}
             continue
-        perm = partial_correlation(x.mean(0), acc.mean(0), k, unit="depths", n_perm=n_perm, n_boot=200, seed=seed)
-        boot = bootstrap_evidence(lambda i, x=x: _partial_r(x[i].mean(0), acc[i].mean(0), k), acc.shape[0],
-                                  unit=UNIT, n_boot=n_boot, seed=seed)
-        out[t] = _ev(Evidence(estimate=perm.estimate, low=boot.low, high=boot.high,
-                              p_greater=max(perm.p_greater, boot.p_greater), p_less=max(perm.p_less, boot.p_less),
-                              unit=f"{UNIT} (CI); {acc.shape[1]} depths (permutation)", n=acc.shape[0],
-                              method=f"{boot.method}; {perm.method}; p = the larger of the two",
-                              p_min=max(perm.p_min, boot.p_min)))
+        out[t] = _ev(curve_partial_correlation(terms[t], acc, unit=UNIT, n_boot=n_boot, n_perm=n_perm, seed=seed))
     return out
 
 
