@@ -319,7 +319,9 @@ def test_glued_numbers_cover_the_prose(smoke_result):
     nb = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "diversity.ipynb", as_version=4)
     used = {m for c in nb.cells if c.cell_type == "markdown" for m in re.findall(r"\{glue:text\}`(\w+)", c.source)}
     glued = set(flatten("div", smoke_result.numbers))
-    glued |= set(flatten("div_verdict", diversity.verdicts(diversity.claims(smoke_result))))
+    rows = diversity.claims(smoke_result)
+    glued |= set(flatten("div_verdict", diversity.verdicts(rows)))
+    glued |= set(flatten("div_text", diversity.sentences(smoke_result, rows)))
     assert used and used <= glued, sorted(used - glued)
     acc = smoke_result.accuracy_table()
     assert list(acc.task) == ["sent", "topic"] and smoke_result.numbers["n_test"] == int(acc.n_test.iloc[0])

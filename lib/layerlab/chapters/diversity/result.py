@@ -141,6 +141,7 @@ class DiversityResult:
         t = self.tasks
         lm = self.lm_final()
         return {
+            "model": self.provenance.model,
             "acc": {"prompt": {n: round(r["accuracy"]["prompt"]["acc"], 3) for n, r in t.items()},
                     "head": {n: round(r["accuracy"]["head"]["acc"], 3) for n, r in t.items()}},
             "n_test": int(next(iter(t.values()))["n_test"]),
