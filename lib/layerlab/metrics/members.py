@@ -27,13 +27,15 @@ from layerlab.metrics.diversity import MemberReadout
 class MemberFeatures:
     """Normed member numerators of N examples.
 
-    g:      [N, M, d] w ⊙ center(u_i), module level (order e, a_0, m_0, a_1, ...), M = 2L+1
-    scales: [N, L+1]  r_k = final-norm denominator of h_k (k = 0: embedding only; k = L: h_L)
-    beta:   [d]       final-norm bias (zeros for RMSNorm)
-    labels: [N]       class index (tasks) or next-token id (language modelling)
-    half_scales: [N, L] final-norm denominator of the half-block residual h_{k-1} + a_k (k = 1..L), the
-                      norm of a prefix that ends on an attention member; None for features stored before
-                      it was recorded
+    Fields::
+
+        g:      [N, M, d] w ⊙ center(u_i), module level (order e, a_0, m_0, a_1, ...), M = 2L+1
+        scales: [N, L+1]  r_k = final-norm denominator of h_k (k = 0: embedding only; k = L: h_L)
+        beta:   [d]       final-norm bias (zeros for RMSNorm)
+        labels: [N]       class index (tasks) or next-token id (language modelling)
+        half_scales: [N, L] final-norm denominator of the half-block residual h_{k-1} + a_k (k = 1..L), the
+                          norm of a prefix that ends on an attention member; None for features stored before
+                          it was recorded
     """
 
     g: Tensor
