@@ -201,3 +201,13 @@ def test_regime_states_an_under_trained_family_and_keeps_only_separable_depths()
     good = pd.DataFrame([{**x, "heldout_nll": 5 - x["heldout_nll"]} for x in rows])
     assert regime(good)["improves"] is True
     assert "No depth family" in regime(None)["sentence"]
+
+
+def test_held_out_peak_on_binary_accuracy_is_calibrated_and_the_same_data_peak_is_not():
+    from layerlab.report.calibration import calibrate, scenario
+
+    held = calibrate(Direction(), scenario("peak_binary", n=128, unit="examples", effect=0.15), n_sims=200, seed=3)
+    naive = calibrate(Direction(), scenario("peak_binary_naive", n=128, unit="examples", effect=0.15), n_sims=200,
+                      seed=3)
+    assert held.calibrated and held.power > 0.2
+    assert naive.false_supported > held.false_supported

@@ -172,7 +172,7 @@ def _diversity_scenario(kind: str, *, n: int, unit: str, effect: float, n_depths
                         n=n, unit=unit, effect_size=f"depth-level rho {effect:g}", null=draw_c(0.0),
                         effect=draw_c(effect),
                         evidence=lambda d, s: rs.curve_partial_correlation(d[0], d[1], unit=unit, rank=rank,
-                                                                           n_boot=150, n_perm=500, seed=s))
+                                                                           n_boot=100, n_perm=300, seed=s))
     if kind in ("peak_binary", "peak_binary_naive"):
         p_rise = 0.3 + 0.5 * (1 - np.exp(-6 * k / max(n_depths - 1, 1)))
 
