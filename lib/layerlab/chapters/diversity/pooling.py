@@ -6,7 +6,8 @@ Rule (named in the claim table as ``pooled over tasks (Holm, all) x readouts (ag
 
 * within a readout (the prompt's verbaliser lens or the fitted linear head), the eligible tasks form a
   family: *supported* if every task is significant in the claimed direction after Holm correction,
-  *contradicted* if any task is significant the other way, *not supported* if every task lies inside
+  *contradicted* if some task is significant the other way and none in the claimed one (tasks that are
+  significant in both directions leave it *inconclusive*), *not supported* if every task lies inside
   the rule's equivalence margin, else *inconclusive*;
 * across readouts the verdicts must agree; if they differ the claim is *inconclusive* and the reading
   says that it depends on the readout;
@@ -60,6 +61,8 @@ def _within(rule: Direction, evs: dict[str, Evidence]) -> tuple[str, str]:
             f"opposite one (Holm; {est}); {agreement(evs)}")
     if hit.all():
         return "supported", what
+    if opp.any() and hit.any():
+        return "inconclusive", what + "; tasks are significant in both directions"
     if opp.any():
         return "contradicted", what
     if rule.margin is not None and all(rule.decide(e).verdict == "not supported" for e in evs.values()):

@@ -83,7 +83,7 @@ def change_mind(rows: list[Claim]) -> str:
         elif "depends on the readout" in c.reading:
             out.append(f"{c.id}: the two readouts agreeing")
         elif c.ours is None:
-            out.append(f"{c.id}: inputs that exist ({c.note.removeprefix('not computed: ')[:120]})")
+            out.append(f"{c.id}: a task and readout above chance with the inputs it needs (see the row's note)")
         else:
             out.append(f"{c.id}: more examples or tasks that separate the estimate from the null ({n} now)")
     return "; ".join(out) + "."
