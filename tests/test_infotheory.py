@@ -94,8 +94,26 @@ def test_marginal_gains_and_diminishing_counter():
     rng = np.random.default_rng(0)
     y = rng.integers(0, 2, 400)
     S = np.stack([np.where(rng.random(400) < p, y, 1 - y) for p in (0.5, 0.7, 0.9)], 1)
-    info, gains = it.marginal_gains(S, y)
-    assert np.allclose(np.cumsum(gains), info)
+    info, gains = it.marginal_gains(S, y, miller_madow=False)
+    for k in range(3):  # each I(S_k;Y) is the plug-in MI of that summary alone
+        assert info[k] == pytest.approx(it.mutual_info(S[:, k], y), abs=1e-12)
+    # a summary that refines the previous one cannot lose information (data processing): gains >= 0
+    fine = np.stack([y * 0, y, y * 2 + rng.integers(0, 2, 400)], 1)
+    _, g = it.marginal_gains(fine, y, miller_madow=False)
+    assert np.all(g[1:] >= -1e-12) and g[1] == pytest.approx(it.entropy(y), abs=1e-12)
+    # a coarser summary can (D6: I(S_k;Y) may fall though I(U_<=k;Y) cannot)
+    _, g2 = it.marginal_gains(fine[:, ::-1], y, miller_madow=False)
+    assert g2[2] < 0
+
+
+def test_entropy_replicates_match_the_plain_estimator():
+    rng = np.random.default_rng(7)
+    x, y = rng.integers(0, 3, 150), rng.integers(0, 2, 150)
+    idx = rng.integers(0, 150, (4, 150))
+    for mm in (False, True):
+        fast = it.entropy_replicates(it.joint_codes(x, y), idx, miller_madow=mm)
+        slow = [it.entropy(x[i], y[i], miller_madow=mm) for i in idx]
+        assert np.allclose(fast, slow, atol=1e-12)
 
 
 def test_permutation_null_and_bootstrap():

@@ -44,6 +44,8 @@ class MemberReadout:
         bias:   [C]       constant b of the readout (W_U beta + b_U for LayerNorm models, 0 for RMSNorm)
         labels: [N]       class index in 0..C-1 (or the target token for full-vocabulary readouts)
         level:  "module" (M = 2L+1, order e, a_1, m_1, ...) or "layer" (M = L+1, order e, b_1, ...)
+        half_scales: [N, L] norm denominators of the half-block residuals h_{k-1} + a_k (module level;
+                          None when not recorded: then prefixes ending on an attention member are refused)
     """
 
     raw: Tensor
@@ -53,6 +55,7 @@ class MemberReadout:
     level: str = "module"
     names: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+    half_scales: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.level not in ("module", "layer"):
@@ -87,19 +90,43 @@ class MemberReadout:
         c = self.raw[:, : self.n_members(k)] / self.scales[:, k, None, None]  # [N, M_k, C]
         return c, self.bias
 
+    def prefix(self, j: int) -> tuple[Tensor, Tensor]:
+        """Member logits c [N, j, C] and constant b [C] of the first ``j`` members (1 <= j <= M), with
+        the norm recomputed on *their* partial sum, so that sum_i c_i + b is the logit lens of that
+        prefix residual (spec 3.7, half-block points). At module level an even ``j`` ends on the
+        attention member a_k (k = j/2) and needs the half-block scale of h_{k-1} + a_k: reusing r_{k-1}
+        is wrong whenever b != 0 (the argmax of c/r + b depends on r), e.g. for a fitted linear head.
+        """
+        m = self.raw.shape[1]
+        if not 1 <= j <= m:
+            raise ValueError(f"prefix length {j} is out of range: this readout has 1..{m} members")
+        if self.level == "layer" or j % 2 == 1:
+            k = j - 1 if self.level == "layer" else (j - 1) // 2
+            r = self.scales[:, k]  # [N]: the prefix ends on a block boundary
+        elif self.half_scales is None:
+            raise ValueError(
+                f"prefix of {j} members ends on an attention member, whose norm scale was not recorded; "
+                "collect the features again (layerlab.metrics.members.member_features records half_scales)"
+            )
+        else:
+            r = self.half_scales[:, j // 2 - 1]  # [N]: h_{k-1} + a_k
+        return self.raw[:, :j] / r[:, None, None], self.bias
+
     def to_layer_level(self) -> MemberReadout:
         """Layer-level members e, a_l + m_l (M = L+1) from module-level ones."""
         if self.level == "layer":
             return self
         raw = torch.cat([self.raw[:, :1], self.raw[:, 1::2] + self.raw[:, 2::2]], dim=1)
         names = ["embed"] + [f"block{l}" for l in range(self.n_layers)]
-        return MemberReadout(raw, self.scales, self.bias, self.labels, "layer", names, dict(self.meta))
+        return MemberReadout(raw, self.scales, self.bias, self.labels, "layer", names, dict(self.meta),
+                             self.half_scales)
 
     def restrict(self, idx: Tensor | np.ndarray) -> MemberReadout:
         """Subset of examples (bootstrap resampling, train/test splits)."""
         idx = torch.as_tensor(np.asarray(idx), dtype=torch.long)
+        half = None if self.half_scales is None else self.half_scales[idx]
         return MemberReadout(
-            self.raw[idx], self.scales[idx], self.bias, self.labels[idx], self.level, self.names, self.meta
+            self.raw[idx], self.scales[idx], self.bias, self.labels[idx], self.level, self.names, self.meta, half
         )
 
 

@@ -27,10 +27,15 @@ from layerlab.metrics.diversity import MemberReadout
 class MemberFeatures:
     """Normed member numerators of N examples.
 
-    g:      [N, M, d] w ⊙ center(u_i), module level (order e, a_0, m_0, a_1, ...), M = 2L+1
-    scales: [N, L+1]  r_k = final-norm denominator of h_k (k = 0: embedding only; k = L: h_L)
-    beta:   [d]       final-norm bias (zeros for RMSNorm)
-    labels: [N]       class index (tasks) or next-token id (language modelling)
+    Fields::
+
+        g:      [N, M, d] w ⊙ center(u_i), module level (order e, a_0, m_0, a_1, ...), M = 2L+1
+        scales: [N, L+1]  r_k = final-norm denominator of h_k (k = 0: embedding only; k = L: h_L)
+        beta:   [d]       final-norm bias (zeros for RMSNorm)
+        labels: [N]       class index (tasks) or next-token id (language modelling)
+        half_scales: [N, L] final-norm denominator of the half-block residual h_{k-1} + a_k (k = 1..L), the
+                          norm of a prefix that ends on an attention member; None for features stored before
+                          it was recorded
     """
 
     g: Tensor
@@ -39,6 +44,7 @@ class MemberFeatures:
     labels: Tensor
     names: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+    half_scales: Tensor | None = None
 
     @property
     def n_layers(self) -> int:
@@ -50,14 +56,18 @@ class MemberFeatures:
 
     def subset(self, idx) -> MemberFeatures:
         idx = torch.as_tensor(np.asarray(idx), dtype=torch.long)
-        return MemberFeatures(self.g[idx], self.scales[idx], self.beta, self.labels[idx], self.names, self.meta)
+        half = None if self.half_scales is None else self.half_scales[idx]
+        return MemberFeatures(self.g[idx], self.scales[idx], self.beta, self.labels[idx], self.names, self.meta, half)
 
     def to_tensors(self) -> dict[str, Tensor]:
-        return {"g": self.g, "scales": self.scales, "beta": self.beta, "labels": self.labels}
+        t = {"g": self.g, "scales": self.scales, "beta": self.beta, "labels": self.labels}
+        if self.half_scales is not None:
+            t["half_scales"] = self.half_scales
+        return t
 
     @classmethod
     def from_tensors(cls, t: dict[str, Tensor], names: list[str], meta: dict | None = None) -> MemberFeatures:
-        return cls(t["g"], t["scales"], t["beta"], t["labels"], names, meta or {})
+        return cls(t["g"], t["scales"], t["beta"], t["labels"], names, meta or {}, t.get("half_scales"))
 
 
 def _check_additive(model: nn.Module) -> None:
@@ -122,13 +132,15 @@ def member_features(model: nn.Module, u: Tensor, labels: Sequence[int] | Tensor,
     p = view(model).final_norm_params()
     with torch.no_grad():
         u = u.to(next(model.parameters()).device)
-        h = torch.cumsum(u, dim=1)[:, 0::2]  # [N, L+1, d]: h_0 = e, h_k after block k
+        prefix = torch.cumsum(u, dim=1)  # [N, M, d]: the residual after each member
+        h = prefix[:, 0::2]  # [N, L+1, d]: h_0 = e, h_k after block k
         g, scales = (p.weight * p.center(u)).cpu(), p.scale(h).cpu()
+        half = p.scale(prefix[:, 1::2]).cpu()  # [N, L]: h_{k-1} + a_k, after block k's attention
     lab = torch.as_tensor(list(labels) if not isinstance(labels, Tensor) else labels, dtype=torch.long)
     if lab.shape[0] != g.shape[0]:
         raise ValueError(f"{lab.shape[0]} labels for {g.shape[0]} read positions")
     beta = p.bias.detach().to("cpu", g.dtype) if p.bias is not None else torch.zeros(g.shape[-1], dtype=g.dtype)
-    return MemberFeatures(g, scales, beta, lab, names)
+    return MemberFeatures(g, scales, beta, lab, names, half_scales=half)
 
 
 # --------------------------------------------------------------------------- readouts
@@ -184,8 +196,10 @@ def apply_readout(features: MemberFeatures, readout: Readout, *, dtype=torch.flo
     W = readout.W.to(dtype)
     raw = features.g.to(dtype) @ W.T  # [N, M, C]
     bias = W @ features.beta.to(dtype) + readout.b.to(dtype)
+    half = None if features.half_scales is None else features.half_scales.to(dtype)
     return MemberReadout(
-        raw, features.scales.to(dtype), bias, features.labels, "module", list(features.names), {"readout": readout.kind}
+        raw, features.scales.to(dtype), bias, features.labels, "module", list(features.names),
+        {"readout": readout.kind}, half_scales=half,
     )
 
 

@@ -187,3 +187,91 @@ def scenario(kind: str, *, n: int, unit: str, effect: float, **kw: Any) -> Scena
     if kind == "growth_compare":
         return _growth_scenario(n=n, unit=unit, effect=effect)
     return _base_scenario(kind, n=n, unit=unit, effect=effect, **kw)
+
+
+# --------------------------------------------------------------------------- diversity designs (appended)
+def _diversity_scenario(kind: str, *, n: int, unit: str, effect: float, n_depths: int = 31) -> Scenario | None:
+    """The diversity chapter's designs (Kamigaito et al. 2025 claims D3, D5/D8, D6/D10, D9) at ``n`` units
+    and ``n_depths`` depths; None for any other kind.
+
+    "partial_omega" (D3): Bias = Omega + a, Div = Omega + b per example with Omega dominating both (raw
+      r ~ 1); corr(a, b) = 0 (null) or ``effect``; :func:`~layerlab.report.resampled.partial_correlation`.
+    "curve_partial" / "curve_partial_rank" (D8 / D5): per-example curves over depths sharing one depth
+      trend; the depth-level deviations of y from the trend are independent of x's (null) or correlated
+      ``effect``; :func:`~layerlab.report.resampled.curve_partial_correlation` (Pearson / Spearman).
+    "peak_binary" / "peak_binary_naive" (D6 / D10): per-example 0/1 correctness over depths, persistent
+      within an example, rising to a plateau (null) or falling by ``effect`` over the last third; the
+      held-out peak or the biased same-data peak.
+    "curve_lag" (D9): per-example falling Bias and rising Div curves with half-way points ``effect``
+      depths apart (null: the same depth); bootstrap of :func:`~layerlab.report.resampled.lag`."""
+    from layerlab.report import resampled as rs
+
+    k = np.arange(n_depths, dtype=np.float64)
+    if kind == "partial_omega":
+        def draw(rho: float) -> Callable[[np.random.Generator], Any]:
+            def f(r: np.random.Generator) -> np.ndarray:
+                omega = r.lognormal(10.0, 1.0, n)
+                a = r.normal(size=n)
+                b = rho * a + np.sqrt(1 - rho**2) * r.normal(size=n)
+                return np.stack([omega + 100 * a, omega + 100 * b, omega])
+            return f
+        return Scenario(name="partial r(Bias, Div | Omega), Omega dominating", n=n, unit=unit,
+                        effect_size=f"partial rho {effect:g}", null=draw(0.0), effect=draw(effect),
+                        evidence=lambda d, s: rs.partial_correlation(d[0], d[1], d[2], unit=unit, n_boot=200,
+                                                                     n_perm=500, seed=s))
+    if kind in ("curve_partial", "curve_partial_rank"):
+        trend = 1 - np.exp(-k / 6)
+
+        def draw_c(rho: float) -> Callable[[np.random.Generator], Any]:
+            def f(r: np.random.Generator) -> np.ndarray:
+                ex, ey = r.normal(0, 0.1, n_depths), r.normal(0, 0.1, n_depths)  # depth-level deviations
+                ey = rho * ex + np.sqrt(1 - rho**2) * ey
+                x = trend + ex + r.normal(0, 0.5, (n, n_depths))
+                y = -trend + ey + r.normal(0, 0.5, (n, n_depths))
+                return np.stack([x, y])
+            return f
+        rank = kind == "curve_partial_rank"
+        return Scenario(name=f"partial {'Spearman' if rank else 'r'} of mean curves given depth ({n_depths} depths)",
+                        n=n, unit=unit, effect_size=f"depth-level rho {effect:g}", null=draw_c(0.0),
+                        effect=draw_c(effect),
+                        evidence=lambda d, s: rs.curve_partial_correlation(d[0], d[1], unit=unit, rank=rank,
+                                                                           n_boot=100, n_perm=300, seed=s))
+    if kind in ("peak_binary", "peak_binary_naive"):
+        p_rise = 0.3 + 0.5 * (1 - np.exp(-6 * k / max(n_depths - 1, 1)))
+
+        def draw_p(fall: float) -> Callable[[np.random.Generator], Any]:
+            p = p_rise - fall * np.clip((k / max(n_depths - 1, 1) - 2 / 3) * 3, 0, None)
+
+            def f(r: np.random.Generator) -> np.ndarray:
+                keep = r.random((n, 1)) < 0.7  # an example's difficulty persists across depths
+                w = np.where(keep, r.random((n, 1)), r.random((n, n_depths)))
+                return (w < p[None]).astype(np.float64)
+            return f
+        naive = kind == "peak_binary_naive"
+        ev = ((lambda d, s: naive_peak_drop(d, unit=unit, seed=s)) if naive
+              else (lambda d, s: held_out_peak_drop(d, unit=unit, seed=s, n_perm=2000)))
+        return Scenario(name=f"0/1 accuracy peak then drop over {n_depths} depths "
+                        f"({'naive' if naive else 'held-out'} peak)", n=n, unit=unit,
+                        effect_size=f"fall {effect:g}", null=draw_p(0.0), effect=draw_p(effect), evidence=ev)
+    if kind == "curve_lag":
+        def draw_l(shift: float) -> Callable[[np.random.Generator], Any]:
+            def f(r: np.random.Generator) -> np.ndarray:
+                kb = n_depths / 3
+                b = 1 / (1 + np.exp((k - kb) / 2)) + r.normal(0, 0.3, (n, n_depths))
+                dv = 1 / (1 + np.exp(-(k - kb - shift) / 2)) + r.normal(0, 0.3, (n, n_depths))
+                return np.stack([b, dv])
+            return f
+        return Scenario(name=f"lag of half-change depths ({n_depths} depths)", n=n, unit=unit,
+                        effect_size=f"lag {effect:g} depths", null=draw_l(0.0), effect=draw_l(effect),
+                        evidence=lambda d, s: rs.bootstrap_evidence(
+                            lambda i: rs.lag(d[0][i].mean(0), d[1][i].mean(0)), n, unit=unit, n_boot=200, seed=s))
+    return None
+
+
+_scenario_before_diversity = scenario
+
+
+def scenario(kind: str, *, n: int, unit: str, effect: float, **kw: Any) -> Scenario:  # noqa: F811
+    """:func:`scenario` extended with the diversity chapter's kinds (:func:`_diversity_scenario`)."""
+    sc = _diversity_scenario(kind, n=n, unit=unit, effect=effect, n_depths=kw.get("n_depths", 31))
+    return sc if sc is not None else _scenario_before_diversity(kind, n=n, unit=unit, effect=effect, **kw)

@@ -53,6 +53,19 @@ CASES: tuple[Case, ...] = (
     Case(label="coupling C4-Fig1a (19 models, gpu)", kind="correlation", n=19, unit="models", effect=0.8),
     Case(label="anatomy adaptive token budget (looks at 8, 16, 32 documents)", kind="sequential", n=32,
          unit="documents", effect=0.6),
+    # diversity chapter, cpu profile: 128 test examples per task and readout, 31 truncation depths
+    Case(label="diversity D3 partial r(Bias, Div | Omega) (128 examples)", kind="partial_omega", n=128,
+         unit="examples", effect=0.3),
+    Case(label="diversity D8 partial r of depth curves (128 examples, 31 depths)", kind="curve_partial", n=128,
+         unit="examples", effect=0.6),
+    Case(label="diversity D5 partial Spearman over blocks (128 examples)", kind="curve_partial_rank", n=128,
+         unit="examples", effect=0.6),
+    Case(label="diversity D6/D10 held-out peak, 0/1 accuracy (128 examples)", kind="peak_binary", n=128,
+         unit="examples", effect=0.15),
+    Case(label="diversity D6/D10 same-data peak, 0/1 accuracy (128 examples)", kind="peak_binary_naive", n=128,
+         unit="examples", effect=0.15, expect_calibrated=False),
+    Case(label="diversity D9 lag of Div behind Bias (128 examples)", kind="curve_lag", n=128, unit="examples",
+         effect=3.0),
 )
 """The designs of the book, at the chapters' real n (``cpu`` profile)."""
 

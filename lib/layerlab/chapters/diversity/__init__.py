@@ -5,6 +5,7 @@ MSE = Bias - Diversity (Theorem 1) and its information-theoretic analogue. The c
 from layerlab.chapters.diversity import plots
 from layerlab.chapters.diversity.claims import claims, verdicts
 from layerlab.chapters.diversity.presets import PRESETS, DiversityPreset, describe, preset
+from layerlab.chapters.diversity.prose import sentences
 from layerlab.chapters.diversity.result import DiversityResult
 from layerlab.chapters.diversity.run import run
 
@@ -12,4 +13,4 @@ USES_FAMILY = True
 """``run`` reads the shared depth family (``layerlab.training.family.get_family``)."""
 
 __all__ = ["PRESETS", "USES_FAMILY", "DiversityPreset", "DiversityResult", "claims", "describe", "plots", "preset",
-           "run", "verdicts"]
+           "run", "sentences", "verdicts"]

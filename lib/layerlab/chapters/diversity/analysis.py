@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import torch
 
 from layerlab.metrics import diversity as dv
 from layerlab.metrics import infotheory as it
@@ -98,10 +97,12 @@ def correlations(
     sw: pd.DataFrame, terms=("mse", "bias", "div", "ce", "member_ce", "kl"), *, n_perm: int = 1000, seed: int = 0
 ) -> pd.DataFrame:
     """Fig. 3 cell values over the population of truncation depths k: Pearson and Spearman r of each
-    term with accuracy (Fisher-z CIs), the partial correlation given k (linear detrending), and a
-    permutation p-value of |partial r| (shuffling depth labels of the term)."""
+    term with accuracy (Fisher-z CIs, descriptive only: depths are not independent units), the partial
+    correlation given a cubic in k, and a permutation p-value of |partial r| (shuffling depth labels of
+    the term). The claim table's D8 uses :mod:`layerlab.chapters.diversity.evidence` instead."""
     wide = sw.pivot(index="k", columns="term", values="value").sort_index()
-    k = wide.index.to_numpy(dtype=np.float64)
+    t = np.linspace(-1.0, 1.0, len(wide))
+    k = np.column_stack([t, t**2, t**3])  # a cubic in depth: a linear control leaves a curved shared trend
     acc = wide["acc"].to_numpy()
     rng = np.random.default_rng(seed)
     rows = []
@@ -182,7 +183,7 @@ def info_terms(readout: dv.MemberReadout, *, n_boot: int = 200, n_perm: int = 20
     # member i's context: the lens summary just before it (S of the block containing its predecessor)
     ctx = np.zeros_like(U)
     if readout.level == "module":
-        pre = [dv.ensemble(*_prefix(readout, j)).mean(1).argmax(-1).numpy() for j in range(1, U.shape[1])]
+        pre = [_prefix_prediction(readout, j) for j in range(1, U.shape[1])]
         ctx[:, 1:] = np.stack(pre, 1)
     else:
         ctx[:, 1:] = S[:, :-1]
@@ -215,13 +216,12 @@ def info_terms(readout: dv.MemberReadout, *, n_boot: int = 200, n_perm: int = 20
     return pd.DataFrame(rows)
 
 
-def _prefix(readout: dv.MemberReadout, j: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Members 0..j-1 with the norm recomputed on their partial sum (half-block points included)."""
-    # r for an arbitrary prefix: the scale of the depth-k residual is stored only at block boundaries,
-    # so half-block points (after a_k) reuse r_{k-1}; predictions (argmax) only need the direction.
-    k = (j - 1) // 2
-    c = readout.raw[:, :j] / readout.scales[:, k, None, None]
-    return c, readout.bias
+def _prefix_prediction(readout: dv.MemberReadout, j: int) -> np.ndarray:
+    """The lens prediction argmax_c z[c] after the first ``j`` members, the norm recomputed on their
+    partial sum (half-block points use the half-block scale: with a readout bias, e.g. the linear head,
+    the argmax depends on the scale, not only on the direction). [N]"""
+    c, b = readout.prefix(j)
+    return (c.sum(1) + b).argmax(-1).numpy()
 
 
 def gain_violations(info: pd.DataFrame, *, n_perm: int = 500, seed: int = 0) -> dict[str, float]:

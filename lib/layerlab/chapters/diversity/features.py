@@ -8,17 +8,15 @@ the model's tag, the task, the prompts' token ids and the labels.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-import layerlab.chapters.diversity.analysis as da
 from layerlab.chapters.diversity.presets import DiversityPreset
 from layerlab.core.cache import cached_tensors, fingerprint
 from layerlab.core.models import load_model
 from layerlab.data import tasks as tk
 from layerlab.metrics import diversity as dv
 from layerlab.metrics import members as dm
-from layerlab.report.stats import bootstrap_ci, paired_bootstrap_ci
+from layerlab.report.stats import bootstrap_ci
 
 # Cache keys: this module's source closure plus the model loader (models are named by tag in keys).
 SOURCES = (__name__, "layerlab.core.models")
@@ -107,21 +105,6 @@ def identity_mse(readout: dv.MemberReadout) -> dict[str, float]:
         e_mse = max(e_mse, float(((d.mse - (d.bias - d.div)).abs() / d.bias.clamp_min(1e-300)).max()))
         e_ce = max(e_ce, float(((ce.ce - (ce.member_ce - ce.kl)).abs() / ce.member_ce.clamp_min(1e-300)).max()))
     return {"mse": e_mse, "ce": e_ce}
-
-
-def best_vs_final(readout: dv.MemberReadout, n_boot: int, seed: int) -> dict[str, float]:
-    """D10: accuracy at full depth minus the best truncation depth's accuracy, paired bootstrap CI."""
-    correct = np.stack([da.per_example(readout, k)["acc"] for k in range(readout.n_layers + 1)], 1)  # [N, L+1]
-    best = int(correct.mean(0).argmax())
-    ci = paired_bootstrap_ci(correct[:, -1], correct[:, best], n_boot=n_boot, seed=seed)
-    return {
-        "best_k": best,
-        "acc_best": float(correct[:, best].mean()),
-        "acc_final": float(correct[:, -1].mean()),
-        "diff": ci.estimate,
-        "diff_low": ci.low,
-        "diff_high": ci.high,
-    }
 
 
 def identity_error(model, tokenizer, task: tk.Task, preset: DiversityPreset, n: int = 2) -> float:

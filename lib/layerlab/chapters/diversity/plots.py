@@ -139,12 +139,15 @@ def fig_lm(r: DiversityResult) -> Figure:
     return fig
 
 
-def fig_family(r: DiversityResult) -> Figure | None:
+def fig_family(r: DiversityResult) -> Figure:
     """Head accuracy, Div/M and Bias/M vs depth across the trained family and its random-init copies;
-    None (with a printed note) when the run has no depth family."""
+    a figure that says so when the run has no depth family (the page's numbered figure stays valid)."""
     if r.family is None:
-        print("no depth family for this run (none in the profile, or not trained and train_family=False)")
-        return None
+        fig, ax = _grid(1, 1, (6, 1.2))
+        ax[0, 0].axis("off")
+        ax[0, 0].text(0.5, 0.5, "no depth family for this run (none in the profile, or not trained and "
+                      "train_family=False)", ha="center", va="center", fontsize=9)
+        return fig
     fig, ax = _grid(1, 2, (8, 3))
     ax = ax[0]
     for init, g in r.family.groupby("init"):

@@ -15,7 +15,6 @@ from layerlab.core.protocol import Provenance
 ABLATION_TERMS = ["mse", "bias", "div", "omega", "ce", "kl", "acc"]
 TRADE_COLUMNS = ["corr_bias_omega", "corr_div_omega", "corr_bias_div", "partial_bias_div_given_omega",
                  "bias_floor_onehot", "bias_floor_centred", "member_ce_floor"]
-CORR_COLUMNS = ["task", "term", "spearman", "spearman_low", "spearman_high", "partial_k", "perm_p", "n_depths"]
 
 
 @dataclass(kw_only=True)
@@ -61,16 +60,36 @@ class DiversityResult:
                               "MSE = Bias - Div (rel.)": r["identity_mse"]["mse"],
                               "CE = member CE - KL (rel.)": r["identity_mse"]["ce"]} for n, r in self.tasks.items()])
 
-    def best_table(self) -> pd.DataFrame:
-        """Full depth vs the best truncation depth per task (D10)."""
-        return pd.DataFrame([{"task": n, **r["best_vs_final"]} for n, r in self.tasks.items()])
+    def peak_table(self) -> pd.DataFrame:
+        """D10 per task and readout: the peak depth chosen on one half of the examples, the accuracy drop
+        from it to full depth on the other half (95% t-interval) and the full-depth accuracy."""
+        rows = []
+        for n, r in self.tasks.items():
+            for ro, e in r["evidence"].items():
+                d = e["D10"]
+                rows.append({"task": n, "readout": ro, "peak depth": e["peak"]["depth"],
+                             "drop": round(d["estimate"], 3), "95% CI": f"[{d['low']:.3f}, {d['high']:.3f}]",
+                             "n": d["n"], "acc (full depth)": round(e["peak"]["acc_final"], 3)})
+        return pd.DataFrame(rows)
 
     def correlations(self) -> pd.DataFrame:
         """Every task's term-accuracy correlations over truncation depths (Fig. 3), stacked."""
         return pd.concat([r["correlations"].assign(task=n) for n, r in self.tasks.items()])
 
     def correlation_table(self) -> pd.DataFrame:
-        return self.correlations()[CORR_COLUMNS]
+        """D8 per task and readout: the partial r of each term's depth curve with the accuracy curve
+        given depth, its 95% CI over examples and its p (the larger of bootstrap and permutation p)."""
+        rows = []
+        for n, r in self.tasks.items():
+            for ro, e in r["evidence"].items():
+                row = {"task": n, "readout": ro}
+                for t, d in e["D8"].items():
+                    if "missing" in d:
+                        row[t] = "—"
+                        continue
+                    row[t] = f"{d['estimate']:.2f} [{d['low']:.2f}, {d['high']:.2f}] p={d['p_less']:.2g}"
+                rows.append(row)
+        return pd.DataFrame(rows)
 
     def gains_table(self) -> pd.DataFrame:
         """Diminishing-returns check and Theorem 7's premise per task."""
@@ -122,13 +141,14 @@ class DiversityResult:
         t = self.tasks
         lm = self.lm_final()
         return {
+            "model": self.provenance.model,
             "acc": {"prompt": {n: round(r["accuracy"]["prompt"]["acc"], 3) for n, r in t.items()},
                     "head": {n: round(r["accuracy"]["head"]["acc"], 3) for n, r in t.items()}},
             "n_test": int(next(iter(t.values()))["n_test"]),
             "acc_summary": "; ".join(f"{n} {r['accuracy']['prompt']['acc']:.2f} / {r['accuracy']['head']['acc']:.2f}"
                                      for n, r in t.items()),
             "identity_err": f"{max(r['identity_error'] for r in t.values()):.1e}",
-            "bestk": {n: int(r["best_vs_final"]["best_k"]) for n, r in t.items()},
+            "peak": {n: int(r["evidence"][r["primary"]]["peak"]["depth"]) for n, r in t.items()},
             "random_acc": round(self.random_init["accuracy"]["acc"], 3),
             "lm": {"ce": round(float(lm.loc["ce", "value"]), 3), "positions": self.lm["n_positions"]},
         }

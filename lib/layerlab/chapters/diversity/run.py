@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 import layerlab.chapters.diversity.analysis as da
+import layerlab.chapters.diversity.evidence as ev
 import layerlab.chapters.diversity.features as ft
 from layerlab.chapters.diversity.presets import DiversityPreset
 from layerlab.chapters.diversity.result import DiversityResult
@@ -61,6 +62,9 @@ def run_task(model, tokenizer, name: str, preset: DiversityPreset, *, tag: str) 
     sw_centred = da.sweep(ro, target_kind="centred", n_boot=preset.n_boot, seed=preset.seed)
     info = da.info_terms(ro, n_boot=min(preset.n_boot, 300), seed=preset.seed)
     prompts = [ft.prompt_ids(task, tokenizer, preset, split=s)[0] for s in ("test", "train")]
+    # every claim's evidence at both readouts (the claim table requires them to agree)
+    evidence = {name_: ev.claim_evidence(x, n_boot=preset.n_boot, n_boot_info=preset.n_boot, seed=preset.seed)
+                for name_, x in (("prompt", prompt), ("head", head))}
     return {
         "task": name,
         "n_classes": task.n_classes,
@@ -85,7 +89,7 @@ def run_task(model, tokenizer, name: str, preset: DiversityPreset, *, tag: str) 
         "example_prompt": task.prompt(task.test[0], task.shots(preset.shots, seed=preset.seed)),
         "identity_error": ft.identity_error(model, tokenizer, task, preset),
         "identity_mse": ft.identity_mse(ro),
-        "best_vs_final": ft.best_vs_final(ro, preset.n_boot, preset.seed),
+        "evidence": evidence,
     }
 
 
