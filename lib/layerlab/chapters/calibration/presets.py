@@ -40,6 +40,8 @@ CASES: tuple[Case, ...] = (
     Case(label="peak then drop, held-out peak", kind="peak_drop", n=16, unit="documents", effect=0.3),
     Case(label="peak then drop, same-data peak", kind="peak_drop", n=16, unit="documents", effect=0.3,
          held_out=False, expect_calibrated=False),
+    Case(label="growth G1-G5 (6 seeds, seed-paired differences; G2/G3 vs 80% of the claimed size)", kind="paired",
+         n=6, unit="seeds", effect=1.5),
 )
 """The designs of the book, at the chapters' real n (``cpu`` profile)."""
 
