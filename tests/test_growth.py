@@ -197,8 +197,8 @@ def test_anti_layers_need_the_test_not_a_negative_mean():
     from layerlab.chapters.growth.importance import anti_layers
 
     rng = np.random.default_rng(0)
-    per_doc = np.stack([rng.normal(0.5, 0.1, 16), -np.abs(rng.normal(0.05, 0.01, 16)),
-                        rng.normal(-0.01, 0.2, 16)])
+    split = np.r_[np.full(8, 0.19), np.full(8, -0.21)]  # mean -0.01, documents disagree
+    per_doc = np.stack([rng.normal(0.5, 0.1, 16), -np.abs(rng.normal(0.05, 0.01, 16)), split])
     assert per_doc[2].mean() < 0
     anti, adj = anti_layers(per_doc)
     assert anti == [1] and adj.shape == (3,)

@@ -4,9 +4,8 @@ still gets its row; plus the seed-paired analysis it rests on."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import importlib
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
