@@ -74,7 +74,6 @@ def fig_seeds(result: GrowthResult, rows):
     t-interval (bar), against 0 (no difference)."""
     import matplotlib.pyplot as plt
 
-    from layerlab.chapters.growth import analysis
     from layerlab.chapters.growth.claims import loss_seeds
 
     data = loss_seeds(result.comparison)
@@ -90,7 +89,6 @@ def fig_seeds(result: GrowthResult, rows):
     ax.axhline(0, color="0.3", lw=0.8)
     ax.set_xticks(range(len(ids)), ids, fontsize=9)
     ax.set_ylabel(r"$\Delta$NLL, GTT $-$ other arm (nats)", fontsize=10)
-    del analysis
     return _finish(fig)
 
 

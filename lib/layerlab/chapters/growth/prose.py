@@ -7,8 +7,18 @@ from __future__ import annotations
 import numpy as np
 
 from layerlab.chapters.growth import analysis
+from layerlab.chapters.growth.claims import CLAIM_FRACTION, MIN_EFFECT
+from layerlab.chapters.growth.claims import table as claim_table
 from layerlab.chapters.growth.run import GrowthResult
 from layerlab.report.claims import Claim, fmt
+
+__all__ = ["anti_sentence", "budget_sentence", "change_our_mind", "claim_table", "cost_sentence", "compact",
+           "lr_sentence", "rule_numbers"]
+
+
+def rule_numbers() -> dict[str, float]:
+    """The verdict rules' constants the page quotes: the loss margin (nats) and the size fraction (%)."""
+    return {"min_effect": MIN_EFFECT, "claim_fraction": 100 * CLAIM_FRACTION}
 
 
 def lr_sentence(result: GrowthResult) -> str:
@@ -81,3 +91,11 @@ def change_our_mind(rows: list[Claim]) -> str:
             what = f"more seeds than {c.n} (the exact test's smallest p-value is 2^-n) or a larger effect"
         out.append(f"- **{c.id}** ({c.verdict}; {fmt(c.ours)}, 95% CI {ci}, n = {c.n} {c.unit}): {what}.")
     return "\n".join(out)
+
+
+def compact(df, digits: int = 3):
+    """A table as the page shows it: no index, floats to ``digits`` significant digits."""
+    import pandas as pd
+
+    floats = [c for c in df.columns if pd.api.types.is_float_dtype(df[c])]
+    return df.style.hide(axis="index").format({c: f"{{:.{digits}g}}" for c in floats})
