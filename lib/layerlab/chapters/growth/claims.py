@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from layerlab.chapters.growth import analysis
+import layerlab.chapters.growth.analysis as analysis
 from layerlab.chapters.growth.run import EARLY_FRAC, GrowthResult
 from layerlab.report.claims import Claim, render
 from layerlab.report.inference import mean_effect, paired_difference

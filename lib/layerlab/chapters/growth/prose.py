@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from layerlab.chapters.growth import analysis
+import layerlab.chapters.growth.analysis as analysis
 from layerlab.chapters.growth.claims import CLAIM_FRACTION, MIN_EFFECT
 from layerlab.chapters.growth.claims import table as claim_table
 from layerlab.chapters.growth.run import GrowthResult

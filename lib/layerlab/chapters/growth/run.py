@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from layerlab.chapters.growth import analysis, importance
+import layerlab.chapters.growth.analysis as analysis  # module imports: the run's cache key covers
+import layerlab.chapters.growth.importance as importance  # what it runs, not the package (claims, plots, prose)
 from layerlab.chapters.growth.presets import ANALYSIS_FIELDS, ARMS, GrowthPreset
 from layerlab.core.cache import cached, cached_json
 from layerlab.core.fingerprints import fingerprint
