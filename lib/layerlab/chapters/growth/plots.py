@@ -18,11 +18,17 @@ AXIS_SCALE = {"tokens": 1e6, "flops": 1e12, "wall": 1.0}
 STYLE = {"uniform": "-", "gtt": "-", "stacking": "--", "mslt": "--", "uniform-flops": ":", "uniform-wall": ":"}
 
 
-def _finish(fig):
+FONT = 11  # points at the figure's own size; the page shows these figures at ~0.9x, so >= 9 pt there
+
+
+def _finish(fig, rect=None):
     fig.patch.set_alpha(0.0)
     for ax in fig.axes:
         ax.patch.set_alpha(0.0)
-    fig.tight_layout()
+        ax.tick_params(labelsize=FONT - 1)
+        ax.xaxis.label.set_size(FONT)
+        ax.yaxis.label.set_size(FONT)
+    fig.tight_layout(rect=rect)
     return fig
 
 
@@ -32,19 +38,20 @@ def fig_curves(result: GrowthResult, axes=AXES):
     from matplotlib.ticker import MaxNLocator
 
     df = result.curves
-    fig, axs = plt.subplots(1, len(axes), figsize=(10.5, 3.6), sharey=True)
+    fig, axs = plt.subplots(1, len(axes), figsize=(7.6, 3.6), sharey=True)
     for ax, axis in zip(np.atleast_1d(axs), axes):
         for arm, g in df.groupby("arm", sort=False):
             x = g.pivot_table(index="step", columns="seed", values=axis).mean(1) / AXIS_SCALE[axis]
             y = g.pivot_table(index="step", columns="seed", values="val_nll")
             ax.plot(x, y.mean(1), STYLE.get(arm, "-"), label=arm, lw=1.6)
             ax.fill_between(x, y.min(1), y.max(1), alpha=0.15)
-        ax.set_xlabel(AXIS_LABELS[axis], fontsize=10)
+        ax.set_xlabel(AXIS_LABELS[axis])
         ax.xaxis.set_major_locator(MaxNLocator(4))
     first = np.atleast_1d(axs)[0]
-    first.set_ylabel("held-out NLL (nats / token)", fontsize=10)
-    first.legend(fontsize=9, ncol=2)
-    return _finish(fig)
+    first.set_ylabel("held-out NLL (nats / token)")
+    handles, labels = first.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=FONT - 1, frameon=False)
+    return _finish(fig, rect=(0, 0.16, 1, 1))
 
 
 def fig_importance(result: GrowthResult):
@@ -62,10 +69,10 @@ def fig_importance(result: GrowthResult):
         ax.scatter(anti.layer, anti.delta_nll, s=60, facecolors="none", edgecolors="C3", zorder=4,
                    label="anti-layer (test)")
     ax.axhline(0, color="0.3", lw=0.8)
-    ax.set_xlabel("layer (0-based)", fontsize=10)
-    ax.set_ylabel(r"$\Delta$NLL when ablated (nats)", fontsize=10)
+    ax.set_xlabel("layer (0-based)")
+    ax.set_ylabel(r"$\Delta$NLL when ablated (nats)")
     ax.set_xticks(list(m.index))
-    ax.legend(fontsize=9)
+    ax.legend(fontsize=FONT - 1)
     return _finish(fig)
 
 
@@ -87,8 +94,8 @@ def fig_seeds(result: GrowthResult, rows):
         c = by_id[i]
         ax.errorbar([k + 0.3], [c.ours], yerr=[[c.ours - c.ci_low], [c.ci_high - c.ours]], fmt="ks", ms=4, capsize=3)
     ax.axhline(0, color="0.3", lw=0.8)
-    ax.set_xticks(range(len(ids)), ids, fontsize=9)
-    ax.set_ylabel(r"$\Delta$NLL, GTT $-$ other arm (nats)", fontsize=10)
+    ax.set_xticks(range(len(ids)), ids)
+    ax.set_ylabel(r"$\Delta$NLL, GTT $-$ other arm (nats)")
     return _finish(fig)
 
 
@@ -104,8 +111,8 @@ def fig_family(result: GrowthResult):
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
     a.plot(sub.mean().index, sub.mean().values, marker="o")
     a.fill_between(sub.min().index, sub.min().values, sub.max().values, alpha=0.25)
-    a.set_xlabel(f"depth (width {w0}, lr {lr0:g})", fontsize=10)
-    a.set_ylabel("held-out NLL (nats / token)", fontsize=10)
+    a.set_xlabel(f"depth (width {w0}, lr {lr0:g})")
+    a.set_ylabel("held-out NLL (nats / token)")
     depths = sorted(t.depth.unique())
     cmap = plt.get_cmap("viridis", max(len(depths), 2))
     depth_of = dict(zip(t.name, t.depth))
@@ -117,6 +124,9 @@ def fig_family(result: GrowthResult):
         b.plot(c["step"].to_numpy()[1:], c["val_nll"].to_numpy()[1:], lw=0.9, alpha=0.7,
                color=cmap(depths.index(d)), label=lab)
     b.set_xscale("log")
-    b.set_xlabel("training step (checkpoints)", fontsize=10)
-    b.legend(fontsize=8, ncol=2, title="members by depth", title_fontsize=8)
+    from matplotlib.ticker import NullFormatter
+
+    b.xaxis.set_minor_formatter(NullFormatter())  # minor labels on a short log axis run together
+    b.set_xlabel("training step (checkpoints)")
+    b.legend(fontsize=FONT - 2, ncol=2, title="members by depth", title_fontsize=FONT - 2)
     return _finish(fig)
