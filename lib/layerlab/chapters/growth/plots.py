@@ -12,9 +12,15 @@ from layerlab.report.plots import use_style
 
 __all__ = ["fig_curves", "fig_family", "fig_importance", "fig_seeds", "use_style"]
 
-AXIS_LABELS = {"tokens": "training tokens (millions)", "flops": "training FLOPs ($10^{12}$)",
-               "wall": "training wall-clock (s)"}
-AXIS_SCALE = {"tokens": 1e6, "flops": 1e12, "wall": 1.0}
+AXIS_LABELS = {"tokens": "training tokens", "flops": "training FLOPs", "wall": "training wall-clock (s)"}
+
+
+def _scale(axis: str, top: float) -> tuple[float, str]:
+    """Divisor and label of ``axis`` so that its ticks are short numbers (tokens, FLOPs: a power of 10)."""
+    if axis == "wall" or top <= 0:
+        return 1.0, AXIS_LABELS[axis]
+    e = int(np.floor(np.log10(top)))
+    return 10.0**e, f"{AXIS_LABELS[axis]} ($10^{{{e}}}$)"
 STYLE = {"uniform": "-", "gtt": "-", "stacking": "--", "mslt": "--", "uniform-flops": ":", "uniform-wall": ":"}
 
 
@@ -40,12 +46,13 @@ def fig_curves(result: GrowthResult, axes=AXES):
     df = result.curves
     fig, axs = plt.subplots(1, len(axes), figsize=(7.6, 3.6), sharey=True)
     for ax, axis in zip(np.atleast_1d(axs), axes):
+        div, label = _scale(axis, float(df[axis].max()))
         for arm, g in df.groupby("arm", sort=False):
-            x = g.pivot_table(index="step", columns="seed", values=axis).mean(1) / AXIS_SCALE[axis]
+            x = g.pivot_table(index="step", columns="seed", values=axis).mean(1) / div
             y = g.pivot_table(index="step", columns="seed", values="val_nll")
             ax.plot(x, y.mean(1), STYLE.get(arm, "-"), label=arm, lw=1.6)
             ax.fill_between(x, y.min(1), y.max(1), alpha=0.15)
-        ax.set_xlabel(AXIS_LABELS[axis])
+        ax.set_xlabel(label)
         ax.xaxis.set_major_locator(MaxNLocator(4))
     first = np.atleast_1d(axs)[0]
     first.set_ylabel("held-out NLL (nats / token)")
