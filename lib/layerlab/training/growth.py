@@ -281,11 +281,14 @@ def gtt(
     alpha: float = 0.9,
     mode: str = "frozen",
     warmup: int = 0,
+    anti: Sequence[int] | None = None,
 ) -> Schedule:
     """The six-phase importance-ordered GTT schedule [reconstructed from the digest, spec 3.10].
 
     ``importance``: one value per layer of the model being trained (already mapped, see
-    :func:`map_profile`; larger = more important, negative = "anti-layer"). Phases:
+    :func:`map_profile`; larger = more important). ``anti``: the "anti-layers" (layers whose
+    ablation helps), chosen by the caller from a test with an interval (the growth chapter: Holm-adjusted
+    sign-flip tests over documents); ``None`` falls back to the point estimates (importance < 0). Phases:
     gastrulation trains the core (top ``core_frac`` layers by importance), neurulation the
     early layers (first third, not yet trained), organogenesis the middle third, growth the
     remaining non-anti layers, connective all non-anti layers together (anti-layers are
@@ -297,7 +300,9 @@ def gtt(
     n = len(imp)
     if len(fractions) != 6 or min(fractions) <= 0:
         raise ValueError("fractions must be six positive numbers (one per GTT phase)")
-    anti = {i for i in range(n) if imp[i] < 0}
+    anti = {i for i in range(n) if imp[i] < 0} if anti is None else {int(i) for i in anti}
+    if not all(0 <= i < n for i in anti):
+        raise ValueError(f"anti-layers {sorted(anti)} must lie in 0..{n - 1}")
     order = [i for i in np.argsort(-imp, kind="stable") if i not in anti]
     n_core = max(1, int(round(core_frac * n)))
     core = set(order[:n_core])

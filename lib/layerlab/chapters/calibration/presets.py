@@ -66,6 +66,8 @@ CASES: tuple[Case, ...] = (
          unit="examples", effect=0.15, expect_calibrated=False),
     Case(label="diversity D9 lag of Div behind Bias (128 examples)", kind="curve_lag", n=128, unit="examples",
          effect=3.0),
+    Case(label="growth G1-G5 (6 seeds, seed-paired differences; G2/G3 vs 80% of the claimed size)", kind="paired",
+         n=6, unit="seeds", effect=1.5),
 )
 """The designs of the book, at the chapters' real n (``cpu`` profile)."""
 

@@ -1,20 +1,24 @@
 """The growth chapter's run: Growth Transformer Training (GTT) against uniform training, progressive
-stacking and MSLT at matched budgets (Wietrzykowski 2026, arXiv:2603.19348, findings 5-6; spec
-anatomy.md sections 3.10, 4.7, 5 "A11-A13" and 6 "GTT ledger"), plus the book's model family.
+stacking and MSLT (Wietrzykowski 2026, arXiv:2603.19348, findings 5-6; spec anatomy.md sections
+3.10, 4.7, 5 "A11-A13" and 6 "GTT ledger"), plus the book's model family.
 
 Protocol [reconstructed]: one architecture (a small Llama-style decoder, ``preset.depth`` layers),
-the family's BPE tokenizer and training windows, validation windows from document-disjoint text.
-1. Learning-rate sweep for the uniform baseline (seed 0); the best LR is used by every arm.
-2. The importance profile of the uniform model (seed 0, best LR): per-layer ΔNLL under an ablation
-   operator of :mod:`layerlab.metrics.ablation` (default AB2 neighbour average, the digest's reading), which
-   orders GTT's phases. This profile costs a full uniform run that GTT's ledger does not pay for.
-3. Every arm x seed trains the same number of steps (= tokens); validation NLL of every window is
-   stored at evenly spaced steps together with cumulative tokens, FLOPs and wall-clock.
-4. :mod:`layerlab.chapters.growth.analysis` turns the curves into matched-budget comparisons (equal
-   tokens, FLOPs, wall-clock), costs to a target loss and speed-ups; :func:`run` collects them, with
-   the family's table, into one :class:`GrowthResult`.
-Runs are cached as JSON (``cache_dir()/growth-run``), keyed by everything that defines them; the
-whole result is cached too (``growth-result``).
+the family's BPE tokenizer and training windows; held-out text = every document of the validation and
+test splits (never a training document), ``windows_per_doc`` windows of each.
+1. Learning-rate sweep of the uniform baseline (seed 0), chosen by the training loss of the last quarter
+   of its steps (fresh batches; the held-out documents are not used to tune anything).
+2. For every seed, *alone and in sequence* (one process, one thread, nothing else of the chapter
+   running, so their wall-clock can be compared): the uniform run, then the ablation sweep of its
+   trained layers on training documents (:mod:`layerlab.chapters.growth.importance`), then GTT with
+   the phase order of that seed's profile. GTT's full cost is the uniform run + the sweep + GTT.
+3. Controls and baselines of the same seed (in parallel processes; no claim uses their wall-clock):
+   stacking, MSLT, and uniform training on its own cosine schedule of as many steps as GTT's FLOPs
+   buy (``uniform-flops``) or as GTT's measured seconds buy at the uniform run's measured step time
+   (``uniform-wall``).
+Every run stores the NLL of every held-out window at evenly spaced steps (plus the step at
+:data:`EARLY_FRAC` of the budget) with the cumulative tokens, FLOPs and wall-clock.
+:mod:`layerlab.chapters.growth.analysis` turns them into per-seed paired statistics. Runs are cached
+as JSON (``growth-run``), keyed by everything that defines them; the whole result is cached too.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from layerlab.chapters.growth import analysis
+import layerlab.chapters.growth.analysis as analysis  # module imports: the run's cache key covers
+import layerlab.chapters.growth.importance as importance  # what it runs, not the package (claims, plots, prose)
 from layerlab.chapters.growth.presets import ANALYSIS_FIELDS, ARMS, GrowthPreset
 from layerlab.core.cache import cached, cached_json
 from layerlab.core.fingerprints import fingerprint
@@ -37,21 +42,63 @@ from layerlab.data.fetch import data_fingerprint
 from layerlab.training import growth
 
 EARLY_FRAC = 416 / 656
-"""The digest's "416 steps beat 656": GTT read at this fraction of the token budget (claim G4)."""
+"""The digest's "416 steps beat 656": GTT read at this fraction of its steps (claim G4)."""
 
 
 def _train_key(preset: GrowthPreset) -> dict:
-    """The preset fields that define what is trained (the bootstrap seed and profile name do not)."""
+    """The preset fields that define what is trained (the test seed, profile name and workers do not)."""
     return {k: v for k, v in dataclasses.asdict(preset).items() if k not in ANALYSIS_FIELDS}
+
+
+def _pick(doc_ids: list[str], per_doc: int, n_docs: int | None, seed: int) -> tuple[np.ndarray, list[str]]:
+    """Indices of up to ``per_doc`` windows (seeded, in corpus order) of each of ``n_docs`` documents
+    (all when None; else a seeded choice), and the chosen documents' names."""
+    rng = np.random.default_rng(seed)
+    names = sorted(set(doc_ids))
+    if n_docs is not None and n_docs < len(names):
+        names = sorted(rng.choice(names, size=n_docs, replace=False).tolist())
+    arr = np.asarray(doc_ids)
+    keep = []
+    for d in names:
+        idx = np.nonzero(arr == d)[0]
+        keep.extend(np.sort(rng.choice(idx, size=min(per_doc, len(idx)), replace=False)).tolist())
+    return np.asarray(keep), names
+
+
+def heldout(preset: GrowthPreset) -> dict:
+    """Held-out and importance windows with their documents (cached): ``val_ids`` [N, T], ``val_doc``
+    [N] (index into ``val_docs``), ``imp_ids`` [M, T], ``imp_doc`` [M] (training documents)."""
+    from layerlab.data import corpora
+    from layerlab.training.family import PRESETS as FAM
+    from layerlab.training.family import family_tokenizer
+
+    tok = family_tokenizer(preset.family)
+    T = FAM[preset.family].seq_len
+    key = {"tok": fingerprint(tok.get_vocab()), "T": T, "data": data_fingerprint(),
+           **{k: getattr(preset, k) for k in ("heldout_splits", "windows_per_doc", "imp_docs", "imp_windows_per_doc")}}
+
+    def compute() -> dict:
+        ids, docs = [], []
+        for split in preset.heldout_splits:
+            w = corpora.token_windows(tok, split, window=T, seed=0)
+            keep, _ = _pick(w.doc_ids, preset.windows_per_doc, None, 0)
+            ids.append(w.input_ids[keep])
+            docs += [w.doc_ids[i] for i in keep]
+        tw = corpora.token_windows(tok, "train", window=T, seed=0)
+        ikeep, _ = _pick(tw.doc_ids, preset.imp_windows_per_doc, preset.imp_docs, 1)
+        val_docs, imp_docs = sorted(set(docs)), sorted({tw.doc_ids[i] for i in ikeep})
+        return {"val_ids": torch.cat(ids).tolist(), "val_doc": [val_docs.index(d) for d in docs], "val_docs": val_docs,
+                "imp_ids": tw.input_ids[ikeep].tolist(), "imp_doc": [imp_docs.index(tw.doc_ids[i]) for i in ikeep],
+                "imp_docs": imp_docs}
+
+    return cached_json("growth-windows", key, compute)
 
 
 def _data(preset: GrowthPreset):
     from layerlab.training.family import family_tokenizer, family_windows
 
     tok = family_tokenizer(preset.family)
-    train_ids = family_windows(preset.family, "train")
-    val_ids = family_windows(preset.family, "validation")[: preset.val_windows]
-    return tok, train_ids, val_ids
+    return tok, family_windows(preset.family, "train"), heldout(preset)
 
 
 def _spec(preset: GrowthPreset, vocab: int):
@@ -63,106 +110,134 @@ def _spec(preset: GrowthPreset, vocab: int):
                      vocab_size=vocab, seq_len=fam.seq_len)
 
 
-def make_schedule(arm: str, preset: GrowthPreset, lr: float, importance=None) -> growth.Schedule:
-    """The schedule of ``arm`` for ``preset`` at peak learning rate ``lr``."""
-    L, S, w = preset.depth, preset.steps, preset.warmup
-    if arm == "uniform":
-        return growth.uniform(L, S, lr=lr, warmup=w)
+def make_schedule(arm: str, preset: GrowthPreset, lr: float, importance=None, anti=None,
+                  steps: int | None = None) -> growth.Schedule:
+    """The schedule of ``arm`` for ``preset`` at peak learning rate ``lr`` (``steps``: the uniform
+    controls' own, shorter budget)."""
+    L, S, w = preset.depth, preset.steps if steps is None else steps, preset.warmup
+    if arm in ("uniform", "uniform-flops", "uniform-wall"):
+        return growth.uniform(L, S, lr=lr, warmup=min(w, S - 1))
     if arm == "gtt":
         if importance is None:
             raise ValueError("the gtt arm needs an importance profile (one value per layer)")
-        return growth.gtt(importance, S, lr=lr, warmup=w)
+        return growth.gtt(importance, S, lr=lr, warmup=w, anti=anti)
     if arm == "stacking":
         return growth.stacking(L, S, lr=lr, warmup=w)
     if arm == "mslt":
         return growth.mslt(L, S, lr=lr, warmup=w)
-    raise ValueError(f"unknown arm {arm!r}: choose one of {ARMS}")
+    raise ValueError(f"unknown arm {arm!r}: choose one of {ARMS} or a uniform control")
 
 
-def run_arm(preset: GrowthPreset, arm: str, seed: int, lr: float, importance=None,
+def planned_flops(preset: GrowthPreset, schedule: growth.Schedule, vocab: int) -> int:
+    """Training FLOPs of ``schedule`` by the trainer's ledger, before training (the ledger is a function
+    of the schedule: it is what :func:`layerlab.training.train.train` will count)."""
+    from layerlab.training.train import flops_per_token
+
+    cfg = _spec(preset, vocab).config()
+    T = _spec(preset, vocab).seq_len
+    total = 0
+    for i, p in enumerate(schedule.phases):
+        f = flops_per_token(cfg, T, schedule.active_in(i, preset.depth), p.layers, p.trains_embed(), p.head)
+        total += p.steps * preset.batch_size * T * sum(f.values())
+    return int(total)
+
+
+def run_arm(preset: GrowthPreset, arm: str, seed: int, lr: float, importance_=None, anti=None, *,
+            steps: int | None = None, timed: bool = False, with_importance: bool = False,
             threads: int | None = None) -> dict:
-    """Train one arm x seed (cached): per-eval tokens, FLOPs, wall-clock and per-window val NLL."""
-    sched = make_schedule(arm, preset, lr, importance)
+    """Train one arm x seed (cached): per-eval tokens, FLOPs, wall-clock and per-window held-out NLL.
+    ``timed``: the run is one of the sequential, alone-timed ones (part of the key). ``with_importance``:
+    also measure the ablation profile of the trained model (uniform only)."""
+    sched = make_schedule(arm, preset, lr, importance_, anti, steps)
     key = {"preset": _train_key(preset), "data": data_fingerprint(), "arm": arm, "seed": seed, "lr": lr,
-           "schedule": dataclasses.asdict(sched)}
+           "schedule": dataclasses.asdict(sched), "timed": timed, "importance": with_importance}
 
     def compute() -> dict:
         from layerlab.training.train import TrainConfig, build_model, train
 
         if threads:
             torch.set_num_threads(threads)
-        tok, train_ids, val_ids = _data(preset)
-        spec = _spec(preset, len(tok))
-        evals = tuple(sorted({0, *np.linspace(0, preset.steps, preset.n_evals + 1).round().astype(int).tolist()}))
+        tok, train_ids, ho = _data(preset)
+        val_ids = torch.tensor(ho["val_ids"])
+        S = sched.total_steps
+        grid = np.linspace(0, S, preset.n_evals + 1).round().astype(int).tolist()
+        evals = tuple(sorted({0, S, int(round(EARLY_FRAC * S)), *grid}))
         cfg = TrainConfig(batch_size=preset.batch_size, seed=seed, eval_steps=evals, eval_per_window=True)
         t0 = time.perf_counter()
-        model = build_model(spec, seed=seed, dtype=preset.torch_dtype).to(preset.device)
+        model = build_model(_spec(preset, len(tok)), seed=seed, dtype=preset.torch_dtype).to(preset.device)
         res = train(model, sched, train_ids, cfg, val_ids=val_ids, progress=False)
-        return {"arm": arm, "seed": seed, "lr": lr, "evals": res.evals, "ledger": res.ledger,
-                "totals": res.totals, "schedule": growth.describe(sched), "seconds": time.perf_counter() - t0,
-                "train_loss": [r["loss"] for r in res.log], "mode": sched.mode}
+        out = {"arm": arm, "seed": seed, "lr": lr, "steps": S, "evals": res.evals, "ledger": res.ledger,
+               "totals": res.totals, "schedule": growth.describe(sched), "seconds": time.perf_counter() - t0,
+               "train_loss": [r["loss"] for r in res.log], "mode": sched.mode, "timed": timed}
+        if with_importance:
+            t1 = time.perf_counter()
+            imp = importance.measure(model.cpu(), torch.tensor(ho["imp_ids"]), ho["imp_doc"], preset.ablation)
+            out["importance"] = {**imp, "seconds": time.perf_counter() - t1}
+        return out
 
     return cached_json("growth-run", key, compute)
 
 
-def _run_many(preset: GrowthPreset, jobs: list[tuple], workers: int) -> list[dict]:
+def _parallel(preset: GrowthPreset, jobs: list[tuple[tuple, dict]], workers: int) -> list[dict]:
+    """Runs whose wall-clock no claim uses: in ``workers`` single-threaded processes."""
     if workers <= 1 or len(jobs) <= 1:
-        n = torch.get_num_threads()
-        try:  # small models train much faster single-threaded
-            torch.set_num_threads(1)
-            return [run_arm(preset, *j) for j in jobs]
-        finally:
-            torch.set_num_threads(n)
+        return _alone(lambda: [run_arm(preset, *a, **k) for a, k in jobs])
     import concurrent.futures as cf
     import multiprocessing as mp
 
     with cf.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
-        futs = [ex.submit(run_arm, preset, *j, 1) for j in jobs]
+        futs = [ex.submit(run_arm, preset, *a, **{**k, "threads": 1}) for a, k in jobs]
         return [f.result() for f in futs]
 
 
-def importance_profile(preset: GrowthPreset, lr: float, seed: int = 0) -> dict:
-    """Per-layer ΔNLL (nats, ablated − clean, mean over validation windows) of the uniform model
-    trained with ``lr`` and ``seed``, under the preset's ablation operator (cached)."""
-    key = {"preset": _train_key(preset), "data": data_fingerprint(), "lr": lr, "seed": seed}
+def _alone(fn):
+    n = torch.get_num_threads()
+    try:  # small models train much faster single-threaded
+        torch.set_num_threads(1)
+        return fn()
+    finally:
+        torch.set_num_threads(n)
 
-    def compute() -> dict:
-        from layerlab.metrics import ablation
-        from layerlab.training.train import TrainConfig, build_model, train
 
-        tok, train_ids, val_ids = _data(preset)
-        model = build_model(_spec(preset, len(tok)), seed=seed, dtype=preset.torch_dtype).to(preset.device)
-        sched = make_schedule("uniform", preset, lr)
-        train(model, sched, train_ids, TrainConfig(batch_size=preset.batch_size, seed=seed), progress=False)
-        model = model.cpu()  # the ablation sweep evaluates on the CPU (as the validation windows are)
-        ivs = ablation.sweep_interventions(model, [preset.ablation])
-        res = ablation.evaluate_interventions(model, val_ids, ivs)
-        delta = [float(np.mean(res.nll[iv.name] - res.base)) for iv in ivs]
-        return {"operator": preset.ablation, "delta_nll": delta, "base_nll": float(np.mean(res.base))}
+def last_quarter_loss(run: dict) -> float:
+    """Mean training loss over the last quarter of the run's steps (fresh batches)."""
+    tl = run["train_loss"]
+    return float(np.mean(tl[-max(1, len(tl) // 4):]))
 
-    return cached_json("growth-importance", key, compute)
+
+def select_lr(sweep: list[dict]) -> float:
+    """The sweep's learning rate with the lowest :func:`last_quarter_loss`."""
+    return sweep[int(np.argmin([last_quarter_loss(r) for r in sweep]))]["lr"]
 
 
 def run_comparison(preset: GrowthPreset, *, workers: int | None = None) -> dict:
-    """The whole experiment for ``preset``: LR sweep, importance profile, every arm x seed."""
+    """The whole experiment for ``preset``: LR sweep, then per seed the timed uniform + importance + GTT,
+    then the baselines and the two uniform controls."""
     workers = preset.workers if workers is None else workers
     t0 = time.perf_counter()
-    sweep = _run_many(preset, [("uniform", preset.seeds[0], lr) for lr in preset.lr_sweep], workers)
-    finals = [r["evals"][-1]["val_nll"] for r in sweep]
-    best_lr = preset.lr_sweep[int(np.argmin(finals))]
-    imp = importance_profile(preset, best_lr, preset.seeds[0])
-    jobs = []
-    for arm in preset.arms:
-        for s in preset.seeds:
-            if arm == "uniform" and s == preset.seeds[0]:
-                continue  # already trained in the sweep
-            jobs.append((arm, s, best_lr, imp["delta_nll"] if arm == "gtt" else None))
-    runs = _run_many(preset, jobs, workers)
-    runs += [r for r in sweep if r["lr"] == best_lr]
-    gtt_sched = make_schedule("gtt", preset, best_lr, imp["delta_nll"])
-    return {"profile": preset.profile, "preset": dataclasses.asdict(preset), "best_lr": best_lr,
-            "sweep": [{"lr": r["lr"], "final_nll": r["evals"][-1]["val_nll"]} for r in sweep],
-            "importance": imp, "gtt_schedule": growth.describe(gtt_sched), "runs": runs,
+    tok, _, ho = _data(preset)
+    vocab = len(tok)
+    sweep = _parallel(preset, [(("uniform", preset.seeds[0], lr), {}) for lr in preset.lr_sweep], workers)
+    lr = select_lr(sweep)
+    runs, profiles, controls = [], {}, []
+    for s in preset.seeds:  # alone, in sequence: these wall-clocks are compared (G1c, G2)
+        u = _alone(lambda s=s: run_arm(preset, "uniform", s, lr, timed=True, with_importance=True))
+        prof = importance.profile(u["importance"]["per_doc"], seed=preset.boot_seed)
+        g = _alone(lambda s=s, prof=prof: run_arm(preset, "gtt", s, lr, prof["mean"], prof["anti"], timed=True))
+        runs += [u, g]
+        profiles[s] = prof
+        f_uni = planned_flops(preset, make_schedule("uniform", preset, lr), vocab)
+        f_gtt = planned_flops(preset, make_schedule("gtt", preset, lr, prof["mean"], prof["anti"]), vocab)
+        s_flops = max(2, int(round(preset.steps * f_gtt / f_uni)))
+        s_wall = max(2, int(round(preset.steps * g["totals"]["wall"] / u["totals"]["wall"])))
+        controls += [(("uniform-flops", s, lr), {"steps": s_flops}), (("uniform-wall", s, lr), {"steps": s_wall})]
+        controls += [((arm, s, lr), {}) for arm in preset.arms if arm not in ("uniform", "gtt")]
+    runs += _parallel(preset, controls, workers)
+    return {"profile": preset.profile, "preset": dataclasses.asdict(preset), "best_lr": lr,
+            "sweep": [{"lr": r["lr"], "train_loss_last_quarter": last_quarter_loss(r),
+                       "final_nll": analysis.final(r, ho["val_doc"])} for r in sweep],
+            "profiles": {str(k): v for k, v in profiles.items()}, "runs": runs,
+            "val_doc": ho["val_doc"], "val_docs": ho["val_docs"], "imp_docs": ho["imp_docs"],
             "seconds": time.perf_counter() - t0}
 
 
@@ -171,43 +246,44 @@ def run_comparison(preset: GrowthPreset, *, workers: int | None = None) -> dict:
 
 @dataclass(kw_only=True)
 class GrowthResult:
-    """Everything the growth notebook shows. Tables are DataFrames; NLL in nats per token.
+    """Everything the growth notebook shows (NLL in nats per token, document-weighted).
 
-    sweep: lr, final_nll of the uniform baseline (seed 0); importance: layer, ΔNLL when ablated;
-    gtt_schedule: GTT's phases; curves: arm, seed, step, tokens, flops, wall, val_nll per eval point;
-    matched: every arm at equal tokens / FLOPs / wall-clock (``analysis.matched``, all axes);
-    speedups: cost to the common target and saving vs uniform (all axes); pair: uniform and GTT
-    alone at equal FLOPs and wall-clock; early: every arm at ``EARLY_FRAC`` of the token budget;
-    step_time: measured wall and counted FLOP saving per step; family: the model family's table;
-    family_curves: name, step, val_nll at every checkpoint of every member; numbers: the values the
-    prose quotes (glued as ``g_<key>``).
+    comparison: the raw runs (:func:`run_comparison`; the claims are computed from it by
+    :mod:`layerlab.chapters.growth.claims`); sweep: lr, training loss of the last quarter, final held-out NLL
+    of the uniform baseline (seed 0); importance: layer x seed mean ΔNLL when ablated, and whether the layer
+    is an anti-layer by the test; gtt_schedule: GTT's phases for the first seed; curves: arm, seed, step,
+    tokens, flops, wall, val_nll per eval point; arms: one row per arm (steps, FLOPs, seconds, final NLL);
+    family: the model family's table; family_curves: name, step, val_nll at every checkpoint of every
+    member; numbers: the values the prose quotes (glued as ``g_<key>``).
     """
 
     provenance: Provenance
     best_lr: float
+    comparison: dict
     sweep: pd.DataFrame
     importance: pd.DataFrame
     gtt_schedule: pd.DataFrame
     curves: pd.DataFrame
-    matched: pd.DataFrame
-    speedups: pd.DataFrame
-    pair: pd.DataFrame
-    early: pd.DataFrame
-    step_time: dict[str, float]
+    arms: pd.DataFrame
     family: pd.DataFrame
     family_curves: pd.DataFrame
     numbers: dict[str, Any] = field(default_factory=dict)
 
-    def at(self, table: str, axis: str) -> pd.DataFrame:
-        """Rows of the ``matched``/``speedups``/``pair`` table for ``axis``, indexed by arm."""
-        df = getattr(self, table)
-        return df[df["axis"] == axis].set_index("arm")
-
     def sweep_table(self) -> pd.DataFrame:
-        return self.sweep.rename(columns={"lr": "peak LR (uniform, seed 0)", "final_nll": "final validation NLL"})
+        """The learning-rate sweep as the page shows it (rounded)."""
+        return self.sweep.rename(columns={"lr": "peak LR", "train_loss_last_quarter": "training loss, last quarter",
+                                          "final_nll": "held-out NLL"}).round(3)
 
     def importance_table(self) -> pd.DataFrame:
-        return self.importance.rename(columns={"delta_nll": "ΔNLL when ablated"}).set_index("layer").T
+        """Mean ΔNLL (nats) per layer over seeds and how many seeds call the layer an anti-layer."""
+        g = self.importance.groupby("layer")
+        return pd.DataFrame({"layer": g.size().index, "ΔNLL (mean over seeds)": g.delta_nll.mean().round(3).values,
+                             "anti-layer in # seeds": g.anti.sum().values}).set_index("layer").T
+
+    def schedule_table(self) -> pd.DataFrame:
+        """GTT's phases (first seed): steps, trainable layers, initialisation, activated layers."""
+        return self.gtt_schedule.assign(layers=lambda d: d.layers.map(lambda v: ", ".join(map(str, v))),
+                                        activate=lambda d: d.activate.map(lambda v: ", ".join(map(str, v)) or "—"))
 
 
 def _family(name: str) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
@@ -226,40 +302,38 @@ def assemble(preset: GrowthPreset, comp: dict, family: tuple[pd.DataFrame, pd.Da
              prov: Provenance) -> GrowthResult:
     """The result from a comparison (:func:`run_comparison`), the family's table, curves and numbers
     (:func:`_family`) and the provenance: every table and number the notebook shows."""
-    s = preset.boot_seed
-    matched = pd.concat([analysis.matched(comp, axis, seed=s) for axis in analysis.AXES], ignore_index=True)
-    speed = pd.concat([analysis.speedups(comp, axis, seed=s) for axis in analysis.AXES], ignore_index=True)
-    pair = pd.concat([analysis.matched(comp, axis, arms=("uniform", "gtt"), seed=s) for axis in ("flops", "wall")],
-                     ignore_index=True)
-    early = analysis.matched(comp, "tokens", frac=EARLY_FRAC, seed=s)
-    st = analysis.step_time_saving(comp, seed=s)
     fam_table, fam_curves, fam_numbers = family
-    tok = matched[matched["axis"] == "tokens"].set_index("arm")
-    uniform = [r for r in comp["runs"] if r["arm"] == "uniform"]
+    uni = analysis.by_seed(comp, "uniform")
+    imp_rows = [{"seed": int(s), "layer": i, "delta_nll": m, "anti": i in p["anti"],
+                 "point_negative": i in p["point_negative"]}
+                for s, p in comp["profiles"].items() for i, m in enumerate(p["mean"])]
+    imp = pd.DataFrame(imp_rows)
+    first = analysis.by_seed(comp, "gtt")[min(analysis.by_seed(comp, "gtt"))]
+    sweep = pd.DataFrame(comp["sweep"])
+    lrs = sorted(sweep.lr)
+    u0 = next(iter(uni.values()))
     numbers = {
-        "best_lr": comp["best_lr"], "steps": preset.steps, "tokens": uniform[0]["totals"]["tokens"],
-        "seeds": len(preset.seeds), "depth": preset.depth, "width": preset.width, "nruns": len(comp["runs"]),
-        "operator": comp["importance"]["operator"],
-        "uni_nll": float(tok.loc["uniform", "nll"]), "gtt_nll": float(tok.loc["gtt", "nll"]),
-        "gtt_delta": float(tok.loc["gtt", "delta"]), "gtt_delta_lo": float(tok.loc["gtt", "delta_low"]),
-        "gtt_delta_hi": float(tok.loc["gtt", "delta_high"]),
-        "ratio": float(tok.loc["gtt", "nll"] / tok.loc["uniform", "nll"]),
-        "wall_saving": 100 * st["wall_saving"], "flop_saving": 100 * st["flop_saving"],
-        "train_minutes": sum(r["seconds"] for r in comp["runs"]) / 60, **fam_numbers,
+        "best_lr": comp["best_lr"], "lr_at_edge": comp["best_lr"] in (lrs[0], lrs[-1]), "lr_min": lrs[0],
+        "lr_max": lrs[-1], "steps": preset.steps, "tokens": u0["totals"]["tokens"], "seeds": len(uni),
+        "depth": preset.depth, "width": preset.width, "nruns": len(comp["runs"]) + len(comp["sweep"]),
+        "operator": u0["importance"]["operator"], "val_docs": len(comp["val_docs"]),
+        "val_windows": len(comp["val_doc"]),
+        "imp_docs": u0["importance"]["docs"], "imp_windows": u0["importance"]["windows"],
+        "anti_test": int(imp.anti.sum()), "anti_point": int(imp.point_negative.sum()), "layer_seeds": len(imp),
+        "train_minutes": sum(r["seconds"] for r in comp["runs"]) / 60,
+        "timed_minutes": sum(r["seconds"] for r in comp["runs"] if r.get("timed")) / 60, **fam_numbers,
     }
     return GrowthResult(
-        provenance=prov, best_lr=comp["best_lr"], sweep=pd.DataFrame(comp["sweep"]),
-        importance=pd.DataFrame({"layer": range(preset.depth), "delta_nll": comp["importance"]["delta_nll"]}),
-        gtt_schedule=pd.DataFrame(comp["gtt_schedule"]), curves=analysis.curves(comp), matched=matched,
-        speedups=speed, pair=pair, early=early, step_time=st, family=fam_table, family_curves=fam_curves,
-        numbers=numbers)
+        provenance=prov, best_lr=comp["best_lr"], comparison=comp, sweep=sweep, importance=imp,
+        gtt_schedule=pd.DataFrame(first["schedule"]), curves=analysis.curves(comp), arms=analysis.arm_table(comp),
+        family=fam_table, family_curves=fam_curves, numbers=numbers)
 
 
 def _compute(preset: GrowthPreset) -> GrowthResult:
     comp = run_comparison(preset)
-    _, train_ids, val_ids = _data(preset)
+    _, train_ids, ho = _data(preset)
     prov = provenance("growth", preset, model=f"Llama-style decoder d{preset.depth}-w{preset.width}",
-                      tokens=fingerprint(train_ids, val_ids), seed=preset.seeds[0])
+                      tokens=fingerprint(train_ids, torch.tensor(ho["val_ids"])), seed=preset.seeds[0])
     return assemble(preset, comp, _family(preset.family), prov)
 
 

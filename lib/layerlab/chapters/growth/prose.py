@@ -1,0 +1,101 @@
+"""Sentences of the growth page that depend on numbers, generated from the result and the claim rows
+(one sentence per outcome), so that the prose cannot disagree with the data. Each function returns
+MyST Markdown for ``{glue:md}``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import layerlab.chapters.growth.analysis as analysis
+from layerlab.chapters.growth.claims import CLAIM_FRACTION, MIN_EFFECT
+from layerlab.chapters.growth.claims import table as claim_table
+from layerlab.chapters.growth.run import GrowthResult
+from layerlab.report.claims import Claim, fmt
+
+__all__ = ["anti_sentence", "budget_sentence", "change_our_mind", "claim_table", "cost_sentence", "compact",
+           "lr_sentence", "rule_numbers"]
+
+
+def rule_numbers() -> dict[str, float]:
+    """The verdict rules' constants the page quotes: the loss margin (nats) and the size fraction (%)."""
+    return {"min_effect": MIN_EFFECT, "claim_fraction": 100 * CLAIM_FRACTION}
+
+
+def lr_sentence(result: GrowthResult) -> str:
+    """Whether the learning-rate sweep brackets its optimum."""
+    n = result.numbers
+    grid = ", ".join(f"{x:g}" for x in sorted(result.sweep.lr))
+    if n["lr_at_edge"]:
+        side = "smallest" if n["best_lr"] == n["lr_min"] else "largest"
+        return (f"The chosen learning rate, {n['best_lr']:g}, is the **{side}** of the grid ({grid}): the sweep does "
+                "not bracket its optimum, so the uniform baseline may be under-tuned and every comparison with it "
+                "may favour GTT.")
+    return (f"The chosen learning rate, {n['best_lr']:g}, lies inside the grid ({grid}): both of its neighbours "
+            "train to a higher loss, so the sweep brackets its optimum.")
+
+
+def anti_sentence(result: GrowthResult) -> str:
+    """How many anti-layers the test finds, against the point estimates."""
+    imp = result.importance
+    n = result.numbers
+    found = imp[imp.anti]
+    where = ", ".join(f"layer {r.layer} (seed {r.seed})" for r in found.itertuples()) or "none"
+    return (f"Over {n['layer_seeds']} layer × seed profiles the test names {n['anti_test']} anti-layer(s) ({where}); "
+            f"the sign of the point estimates alone would have named {n['anti_point']}.")
+
+
+def budget_sentence(result: GrowthResult) -> str:
+    """The budgets of the uniform runs each loss row compares GTT with (why G1, G1b, G1c differ)."""
+    a = result.arms.set_index("arm")
+    S = result.numbers["steps"]
+    parts = [f"G1 compares GTT with uniform training of the same {S} steps"]
+    if "uniform-flops" in a.index:
+        parts.append(f"G1b with uniform training on its own cosine schedule of {int(a.loc['uniform-flops', 'steps'])} "
+                     "steps (as many as GTT's training FLOPs buy, mean over seeds)")
+    if "uniform-wall" in a.index:
+        parts.append(f"G1c with one of {int(a.loc['uniform-wall', 'steps'])} steps (as many as GTT's measured seconds "
+                     "buy at the uniform run's measured step time)")
+    return "; ".join(parts) + ". The rows differ because these budgets differ."
+
+
+def cost_sentence(result: GrowthResult) -> str:
+    """What GTT's full cost is made of, against uniform training's (mean over seeds, 10^12 FLOPs)."""
+    cs = analysis.cost_savings(result.comparison)
+    if not len(cs["seeds"]):
+        return "Without both GTT and uniform runs there is no cost to compare."
+    u = analysis.by_seed(result.comparison, "uniform")
+    run_f = np.mean([u[s]["totals"]["flops"] for s in cs["seeds"]]) / 1e12
+    sweep_f = np.mean([u[s]["importance"]["flops"] for s in cs["seeds"]]) / 1e12
+    return (f"To the common target (the worse final NLL of each pair, {fmt(np.mean(cs['target']))} nats on average) "
+            f"uniform training spends {fmt(np.mean(cs['cost_uniform']) / 1e12)} TFLOPs and GTT's own training "
+            f"{fmt(np.mean(cs['cost_gtt_training']) / 1e12)} TFLOPs; the uniform run that orders GTT's phases adds "
+            f"{fmt(run_f)} TFLOPs and the ablation sweep {fmt(sweep_f, 2)} TFLOPs, for a full cost of "
+            f"{fmt(np.mean(cs['cost_gtt_full']) / 1e12)} TFLOPs.")
+
+
+def change_our_mind(rows: list[Claim]) -> str:
+    """One bullet per claim: the evidence that would change its verdict, from its interval and n."""
+    out = []
+    for c in rows:
+        if c.ours is None:
+            out.append(f"- **{c.id}**: the missing runs ({c.note.removeprefix('not computed: ')}).")
+            continue
+        ci = f"[{fmt(c.ci_low)}, {fmt(c.ci_high)}]" if c.ci_low is not None else "(no interval)"
+        if c.verdict == "supported":
+            what = "more seeds whose mean moved the one-sided p-value above 0.025"
+        elif c.verdict == "contradicted":
+            what = "more seeds, or a different GTT schedule, that moved the estimate to the claimed side"
+        elif c.verdict == "not supported":
+            what = "seeds that pushed the interval beyond the equivalence margin"
+        else:
+            what = f"more seeds than {c.n} (the exact test's smallest p-value is 2^-n) or a larger effect"
+        out.append(f"- **{c.id}** ({c.verdict}; {fmt(c.ours)}, 95% CI {ci}, n = {c.n} {c.unit}): {what}.")
+    return "\n".join(out)
+
+
+def compact(df, digits: int = 3):
+    """A table as the page shows it: no index, floats to ``digits`` significant digits."""
+    import pandas as pd
+
+    floats = [c for c in df.columns if pd.api.types.is_float_dtype(df[c])]
+    return df.style.hide(axis="index").format({c: f"{{:.{digits}g}}" for c in floats})
