@@ -31,12 +31,11 @@ class Case:
 
 CASES: tuple[Case, ...] = (
     Case(label="residual R2-R6 (12 documents)", kind="paired", n=12, unit="documents", effect=1.0),
-    Case(label="coupling C6/C7 (3 seeds)", kind="paired", n=3, unit="seeds", effect=2.0),
+    Case(label="3 seeds", kind="paired", n=3, unit="seeds", effect=2.0),
     Case(label="5 seeds", kind="paired", n=5, unit="seeds", effect=2.0),
     Case(label="8 seeds", kind="paired", n=8, unit="seeds", effect=1.5),
-    Case(label="coupling C1 (4 prompts)", kind="correlation", n=4, unit="prompts", effect=0.9),
+    Case(label="4 prompts", kind="correlation", n=4, unit="prompts", effect=0.9),
     Case(label="8 prompts", kind="correlation", n=8, unit="prompts", effect=0.8),
-    Case(label="coupling C4 (22 family members)", kind="correlation", n=22, unit="members", effect=0.6),
     Case(label="peak then drop, held-out peak", kind="peak_drop", n=16, unit="documents", effect=0.3),
     Case(label="peak then drop, same-data peak", kind="peak_drop", n=16, unit="documents", effect=0.3,
          held_out=False, expect_calibrated=False),
