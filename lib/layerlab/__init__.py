@@ -32,7 +32,7 @@ GROUPS: dict[str, dict[str, tuple[str, str]]] = {
         "load_model": ("layerlab.core.models", "load_model"),
         "tiny_model": ("layerlab.core.models", "tiny_model"),
         "KNOWN_MODELS": ("layerlab.core.models", "KNOWN_MODELS"),
-        "model_label": ("layerlab.core.models", "model_label"),
+        "model_label": ("layerlab.core.labels", "model_label"),
         "ModelLoadError": ("layerlab.core.models", "ModelLoadError"),
         "view": ("layerlab.core.arch", "view"),
         "ModelView": ("layerlab.core.arch", "ModelView"),

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from layerlab.core.cache import entry_dir, fingerprint, is_complete, mark_complete, source_fingerprint
+from layerlab.core.labels import MODEL_LABELS, model_label  # noqa: F401  (re-exported)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -31,21 +32,6 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_FAMILIES = ("llama", "qwen2", "gemma2", "gemma3", "gpt2", "neox", "mistral", "gemma", "olmo", "phi", "falcon")
 KNOWN_MODELS = ("smollm2-135m", *(f"tiny-{f}" for f in TINY_FAMILIES))
 """Offline names; anything else is treated as a Hugging Face hub id or a local directory."""
-
-MODEL_LABELS = {"smollm2-135m": "SmolLM2-135M-Instruct-Q4_1"}
-"""How the book labels results of an offline model: the offline SmolLM2 is the *Instruct* model,
-quantised to Q4_1 and dequantised (not the base SmolLM2-135M of the papers)."""
-
-
-def model_label(name: str) -> str:
-    """The label results of ``name`` carry in tables and prose: ``"SmolLM2-135M-Instruct-Q4_1"`` for the
-    offline SmolLM2, ``"tiny-llama (random, smoke)"`` for a tiny random model, a hub id or folder as given."""
-    if name in MODEL_LABELS:
-        return MODEL_LABELS[name]
-    if name.startswith("tiny-") and name[5:] in TINY_FAMILIES:
-        return f"{name} (random, smoke)"
-    return name
-
 
 HUB_STANDIN = None
 """``None``, except inside :func:`layerlab.training.standins.standins` (the gpu dry run on a CPU): then a
