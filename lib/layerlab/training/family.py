@@ -249,8 +249,8 @@ def seed_resolved_pairs(source, *, alpha: float = 0.05):
                 for cb in cfgs[j + 1:]:
                     a, b = by_cfg[ca], by_cfg[cb]
                     d = (b - a.reindex(b.index)).dropna().to_numpy(dtype=float)  # [n] per shared seed
-                    row = {"axis": axis, "sweep": _label(ca, skip=i), "a": ca[i], "b": cb[i],
-                           "name_a": _label(ca), "name_b": _label(cb),
+                    row = {"axis": axis, "sweep": config_label(ca, skip=i), "a": ca[i], "b": cb[i],
+                           "name_a": config_label(ca), "name_b": config_label(cb),
                            "n": d.size, "diff": float(d.mean()) if d.size else math.nan,
                            "low": math.nan, "high": math.nan, "p": math.nan, "reason": ""}
                     sd = float(d.std(ddof=1)) if d.size >= 2 else math.nan
@@ -294,7 +294,7 @@ def resolved_chain(pairs, axis: str) -> list[str]:
     return chain
 
 
-def _label(cfg: tuple, skip: int | None = None) -> str:
+def config_label(cfg: tuple, skip: int | None = None) -> str:
     """``d4-w64-lr0.003-t1024`` for a (depth, width, lr, steps) configuration, without field ``skip``."""
     parts = (f"d{cfg[0]}", f"w{cfg[1]}", f"lr{cfg[2]:g}", f"t{cfg[3]}")
     return "-".join(x for k, x in enumerate(parts) if k != skip)
