@@ -12,9 +12,11 @@ API (stable)::
         model0, _ = m.load(random_init=True)   # the random-init twin (== checkpoint 0)
     fam.select(width=64, seed=0)       # members matching all filters
     fam.table()                        # pandas DataFrame, one row per member
+    seed_resolved_pairs(fam)           # which loss differences exceed seed noise (restrict claims to them)
 
-Protocol [reconstructed]: one BPE tokenizer per profile trained on the ``train`` split
-(:mod:`layerlab.data.tokenizer`); training windows of ``seq_len`` tokens from the ``train`` split,
+Protocol [reconstructed]: one tokenizer per profile trained on the ``train`` split
+(:mod:`layerlab.data.tokenizer`; 257 ids for ``smoke`` and ``cpu``, i.e. byte-level: the 256 bytes and
+``<|endoftext|>``, so NLL in nats per token is nats per byte; a BPE for ``gpu``); training windows of ``seq_len`` tokens from the ``train`` split,
 batches drawn from (seed, step) (:mod:`layerlab.training.train`); ``heldout_nll`` is the mean next-token NLL
 in nats on windows of the ``validation`` split (disjoint by document), measured at every checkpoint
 (``m.curve``). All members of a profile see the same number of tokens per step; steps differ only
