@@ -15,12 +15,13 @@ API (stable)::
     seed_resolved_pairs(fam)           # which loss differences exceed seed noise (restrict claims to them)
 
 Protocol [reconstructed]: one tokenizer per profile trained on the ``train`` split
-(:mod:`layerlab.data.tokenizer`; 257 ids for ``smoke`` and ``cpu``, i.e. byte-level: the 256 bytes and
-``<|endoftext|>``, so NLL in nats per token is nats per byte; a BPE for ``gpu``); training windows of ``seq_len`` tokens from the ``train`` split,
-batches drawn from (seed, step) (:mod:`layerlab.training.train`); ``heldout_nll`` is the mean next-token NLL
-in nats on windows of the ``validation`` split (disjoint by document), measured at every checkpoint
-(``m.curve``). All members of a profile see the same number of tokens per step; steps differ only
-where the member says so. Weights live under ``cache_dir()/family/<profile>-<key>/`` as safetensors.
+(:mod:`layerlab.data.tokenizer`; for ``smoke`` and ``cpu`` 257 ids, i.e. byte-level: 256 bytes and
+``<|endoftext|>``, so nats per token are nats per byte; a BPE for ``gpu``); training windows of
+``seq_len`` tokens from the ``train`` split, batches drawn from (seed, step)
+(:mod:`layerlab.training.train`); ``heldout_nll`` is the mean next-token NLL in nats on windows of the
+``validation`` split (disjoint by document), measured at every checkpoint (``m.curve``). All members of
+a profile see the same number of tokens per step; steps differ only where the member says so. Weights
+live under ``cache_dir()/family/<profile>-<key>/`` as safetensors.
 """
 
 from __future__ import annotations
