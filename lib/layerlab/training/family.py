@@ -82,14 +82,9 @@ class FamilyPreset:
 
 
 def _grid(depths, widths, lrs, seeds, steps) -> tuple[MemberSpec, ...]:
-    out = []
-    for d in depths:
-        for w in widths:
-            for lr in lrs:
-                for s in seeds:
-                    for t in steps:
-                        out.append(MemberSpec(d, w, lr, s, t))
-    return tuple(dict.fromkeys(out))
+    import itertools
+
+    return tuple(dict.fromkeys(MemberSpec(*c) for c in itertools.product(depths, widths, lrs, seeds, steps)))
 
 
 _SMOKE = _grid((1, 2, 3), (32,), (3e-3,), (0,), (8,)) + _grid((2,), (32,), (3e-3,), (1,), (8,))
