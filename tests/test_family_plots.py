@@ -65,3 +65,8 @@ def test_figure_and_glue_values():
     assert v["n_members"] == len(t) and v["best"].startswith("depth 8, width 64")
     assert v["depth_first"] == 1 and v["depth_last"] == 8 and v["depth_seeds"] == 3
     assert "falls with depth" in v["reading"].data
+
+
+def test_page_table_has_no_index():
+    html = fp.show_regime(_table((2.0, 1.9, 1.8, 1.7))).to_html()
+    assert "depth 1 → 2" in html and 'class="row_heading' not in html

@@ -18,7 +18,7 @@ import pandas as pd
 from layerlab.training.family import CONFIG, config_label, resolved_chain, seed_resolved_pairs
 
 __all__ = ["AXES", "fig_scaling", "main_sweep", "regime_table", "scaling_numbers", "scaling_sentences",
-           "section_values"]
+           "section_values", "show_regime"]
 
 AXES = ("depth", "width")
 """The sweeps the section shows."""
@@ -167,3 +167,8 @@ def section_values(table: pd.DataFrame) -> dict:
     from IPython.display import Markdown
 
     return {**scaling_numbers(table), "reading": Markdown(scaling_sentences(table))}
+
+
+def show_regime(table: pd.DataFrame, axes: tuple[str, ...] = AXES):
+    """:func:`regime_table` for the page: a Styler without the index."""
+    return regime_table(table, axes).style.hide(axis="index")
