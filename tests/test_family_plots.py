@@ -54,7 +54,9 @@ def test_differences_inside_seed_noise_are_not_called_resolved():
     t = _table((2.0, 1.999, 1.998, 1.997), noise=0.05)
     tab = fp.regime_table(t)
     assert (tab[tab.step.str.startswith("depth")]["exceeds seed noise"] == "no").all()
-    assert "0 of the 3 adjacent depth steps exceed seed noise" in fp.scaling_sentences(t)
+    text = fp.scaling_sentences(t)
+    assert "0 of the 3 adjacent depth steps exceed seed noise" in text
+    assert "no two depth values are separated beyond seed noise" in text
 
 
 def test_figure_and_glue_values():
