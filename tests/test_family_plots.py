@@ -40,7 +40,7 @@ def test_regime_table_and_sentences_when_loss_falls_with_depth_and_width():
     text = fp.scaling_sentences(t)
     assert "falls with depth at every step" in text and "falls with width at every step" in text
     assert "3 of the 3 adjacent depth steps exceed seed noise" in text
-    assert "are 1, 2, 4, 8" in text
+    assert "the values that stay separated are 1, 2, 4, 8" in text and "1 vs 8" in text
 
 
 def test_sentences_when_loss_is_not_monotone_or_rises():

@@ -155,8 +155,11 @@ def scaling_sentences(table: pd.DataFrame, axes: tuple[str, ...] = AXES) -> str:
         if tested == 0:
             out.append(f"No {axis} step can be tested against seed noise (fewer than 2 shared seeds).")
             continue
-        sep = (f"the {axis} values whose losses stay separated beyond seed noise, walking up the sweep, are "
-               f"{', '.join(kept)}" if len(kept) >= 2 else f"no two {axis} values are separated beyond seed noise")
+        res = pairs[(pairs.axis == axis) & (pairs.sweep == s["sweep"].iloc[0]) & pairs.resolved]
+        sep = (f"pairs of {axis} values separated beyond seed noise: "
+               + ", ".join(f"{a} vs {b}" for a, b in zip(res["a"], res["b"]))
+               + (f"; walking up the sweep, the values that stay separated are {', '.join(kept)}" if len(kept) >= 2
+                  else "") if len(res) else f"no two {axis} values are separated beyond seed noise")
         out.append(f"{k} of the {n} adjacent {axis} steps exceed seed noise (paired over seeds, Holm over all "
                    f"{tested} tested pair{'s' if tested != 1 else ''} at 5%); {sep}.")
     return " ".join(out)
