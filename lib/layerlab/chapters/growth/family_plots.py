@@ -157,7 +157,7 @@ def scaling_sentences(table: pd.DataFrame, axes: tuple[str, ...] = AXES) -> str:
             continue
         res = pairs[(pairs.axis == axis) & (pairs.sweep == s["sweep"].iloc[0]) & pairs.resolved]
         sep = (f"pairs of {axis} values separated beyond seed noise: "
-               + ", ".join(f"{a} vs {b}" for a, b in zip(res["a"], res["b"]))
+               + ", ".join(f"{a:g} vs {b:g}" for a, b in zip(res["a"], res["b"]))
                + (f"; walking up the sweep, the values that stay separated are {', '.join(kept)}" if len(kept) >= 2
                   else "") if len(res) else f"no two {axis} values are separated beyond seed noise")
         out.append(f"{k} of the {n} adjacent {axis} steps exceed seed noise (paired over seeds, Holm over all "
