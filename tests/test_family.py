@@ -76,5 +76,40 @@ def test_gpu_preset_is_defined_and_larger():
     gpu, cpu = PRESETS["gpu"], PRESETS["cpu"]
     assert max(m.width for m in gpu.members) > max(m.width for m in cpu.members)
     assert min(m.steps for m in gpu.members) > max(m.steps for m in cpu.members)
-    assert {1, 2, 3, 4, 6, 8, 12} <= {m.depth for m in cpu.members}
+    assert {1, 2, 4, 8, 12} <= {m.depth for m in cpu.members}
     assert len({m.seed for m in cpu.members}) >= 3
+
+
+def test_cpu_sweeps_have_three_seeds_at_every_point():
+    """The depth and width sweeps of the cpu family can be tested against seed noise."""
+    members = PRESETS["cpu"].members
+    seeds: dict[tuple, set] = {}
+    for m in members:
+        seeds.setdefault((m.depth, m.width, m.lr, m.steps), set()).add(m.seed)
+    depth_sweep = [c for c in seeds if c[1:] == (64, 3e-3, 1024)]
+    width_sweep = [c for c in seeds if c[0] == 4 and c[2:] == (3e-3, 1024)]
+    assert len(depth_sweep) >= 5 and len(width_sweep) >= 3
+    assert all(len(seeds[c]) >= 3 for c in depth_sweep + width_sweep)
+
+
+@pytest.mark.parametrize("profile", ["smoke", "cpu", "gpu"])
+def test_every_chapter_filter_selects_members(profile):
+    """The members the coupling chapter follows (checkpoints, locality, quantisation) and the
+    diversity chapter's depth sweep exist in every family profile."""
+    from layerlab.chapters.coupling.presets import PRESETS as COUPLING
+
+    members = PRESETS[profile].members
+    cp = COUPLING[profile]
+    for filt in (cp.checkpoint_filter, cp.locality_filter, cp.quant_filter):
+        assert [m for m in members if all(getattr(m, k) == v for k, v in filt.items())], (profile, filt)
+    assert max(cp.family_ks) <= min(m.width for m in members if m.depth >= 2)
+
+
+def test_seed_resolved_pairs_on_the_trained_family(fam):
+    from layerlab.training.family import seed_resolved_pairs
+
+    pairs = seed_resolved_pairs(fam)
+    depth = pairs[pairs.axis == "depth"]
+    assert set(zip(depth.a, depth.b)) == {(1, 2), (1, 3), (2, 3)}
+    # only depth 2 has two seeds in the smoke family: no pair shares two seeds, none is resolved
+    assert (depth["n"] == 1).all() and not pairs.resolved.any()

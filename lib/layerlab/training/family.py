@@ -12,13 +12,16 @@ API (stable)::
         model0, _ = m.load(random_init=True)   # the random-init twin (== checkpoint 0)
     fam.select(width=64, seed=0)       # members matching all filters
     fam.table()                        # pandas DataFrame, one row per member
+    seed_resolved_pairs(fam)           # which loss differences exceed seed noise (restrict claims to them)
 
-Protocol [reconstructed]: one BPE tokenizer per profile trained on the ``train`` split
-(:mod:`layerlab.data.tokenizer`); training windows of ``seq_len`` tokens from the ``train`` split,
-batches drawn from (seed, step) (:mod:`layerlab.training.train`); ``heldout_nll`` is the mean next-token NLL
-in nats on windows of the ``validation`` split (disjoint by document), measured at every checkpoint
-(``m.curve``). All members of a profile see the same number of tokens per step; steps differ only
-where the member says so. Weights live under ``cache_dir()/family/<profile>-<key>/`` as safetensors.
+Protocol [reconstructed]: one tokenizer per profile trained on the ``train`` split
+(:mod:`layerlab.data.tokenizer`; for ``smoke`` and ``cpu`` 257 ids, i.e. byte-level: 256 bytes and
+``<|endoftext|>``, so nats per token are nats per byte; a BPE for ``gpu``); training windows of
+``seq_len`` tokens from the ``train`` split, batches drawn from (seed, step)
+(:mod:`layerlab.training.train`); ``heldout_nll`` is the mean next-token NLL in nats on windows of the
+``validation`` split (disjoint by document), measured at every checkpoint (``m.curve``). All members of
+a profile see the same number of tokens per step; steps differ only where the member says so. Weights
+live under ``cache_dir()/family/<profile>-<key>/`` as safetensors.
 """
 
 from __future__ import annotations
@@ -79,21 +82,23 @@ class FamilyPreset:
 
 
 def _grid(depths, widths, lrs, seeds, steps) -> tuple[MemberSpec, ...]:
-    out = []
-    for d in depths:
-        for w in widths:
-            for lr in lrs:
-                for s in seeds:
-                    for t in steps:
-                        out.append(MemberSpec(d, w, lr, s, t))
-    return tuple(dict.fromkeys(out))
+    import itertools
+
+    return tuple(dict.fromkeys(MemberSpec(*c) for c in itertools.product(depths, widths, lrs, seeds, steps)))
 
 
 _SMOKE = _grid((1, 2, 3), (32,), (3e-3,), (0,), (8,)) + _grid((2,), (32,), (3e-3,), (1,), (8,))
+# The cpu design (measured; the growth chapter's section "The shared family's scaling curve"):
+# byte-level tokens (257 ids: no unembedding-dominated members), 1,024 steps of 1,024 tokens, lr 3e-3
+# with a 64-step warm-up. At the former 2,048-token BPE and 256 steps the held-out NLL rose with depth
+# (the embedding and unembedding were most of every member's parameters, and deeper members were
+# under-trained); here it falls with depth and with width. Every sweep point has 3 seeds, so its
+# differences can be tested against seed noise (:func:`seed_resolved_pairs`); fewer depths than
+# before pay for the 4x longer schedule.
 _CPU = (
-    _grid((1, 2, 3, 4, 6, 8, 12), (64,), (3e-3,), (0, 1, 2), (256,))  # diversity: depth at matched tokens
-    + _grid((4,), (32, 128), (3e-3,), (0,), (256,))  # coupling zoo: width
-    + _grid((4,), (64,), (1e-3, 1e-2), (0,), (256,))  # coupling zoo: learning rate
+    _grid((1, 2, 4, 8, 12), (64,), (3e-3,), (0, 1, 2), (1024,))  # depth at matched tokens
+    + _grid((4,), (32, 128), (3e-3,), (0, 1, 2), (1024,))  # width (with d4-w64 above)
+    + _grid((4,), (64,), (1e-3, 1e-2), (0,), (1024,))  # coupling zoo: learning rate
 )
 _GPU = (
     _grid((1, 2, 3, 4, 6, 8, 12, 16, 24), (256,), (1e-3,), (0, 1, 2), (5_000,))
@@ -102,10 +107,10 @@ _GPU = (
 )
 
 PRESETS: dict[str, FamilyPreset] = {
-    "smoke": FamilyPreset(vocab_size=512, tokenizer_chars=400_000, seq_len=32, batch_size=4, heads=4,
+    "smoke": FamilyPreset(vocab_size=257, tokenizer_chars=400_000, seq_len=32, batch_size=4, heads=4,
                           kv_heads=2, val_tokens=2_048, members=_SMOKE, notes="seconds; exercises the code"),
-    "cpu": FamilyPreset(vocab_size=2048, tokenizer_chars=None, seq_len=128, batch_size=8, heads=4,
-                        kv_heads=2, val_tokens=32_768, members=_CPU, warmup=8,
+    "cpu": FamilyPreset(vocab_size=257, tokenizer_chars=400_000, seq_len=128, batch_size=8, heads=4,
+                        kv_heads=2, val_tokens=16_384, members=_CPU, warmup=64,
                         notes="2 CPU cores; budget <= 20 min for the whole family (measured: see the growth chapter)"),
     "gpu": FamilyPreset(vocab_size=8192, tokenizer_chars=None, seq_len=512, batch_size=64, heads=8,
                         kv_heads=4, val_tokens=262_144, members=_GPU, warmup=200,
@@ -128,7 +133,8 @@ class FamilyMember:
     checkpoints: list[int]
     curve: list[dict] = field(repr=False)  # [{step, tokens, flops, wall, val_nll}] at every checkpoint
     train_loss: list[float] = field(repr=False)  # per step
-    train_seconds: float = 0.0
+    train_seconds: float = 0.0  # wall-clock of the member's training (contended on a shared machine)
+    train_cpu_seconds: float = float("nan")  # CPU time (user + sys) of the training process
     spec: ModelSpec | None = field(default=None, repr=False)
     run_dir: Path | None = field(default=None, repr=False)
     _tokenizer: object = field(default=None, repr=False)
@@ -175,9 +181,121 @@ class Family(list):
         """Sum of the members' measured training wall-clock (when they were trained)."""
         return float(sum(m.train_seconds for m in self))
 
+    @property
+    def train_cpu_seconds(self) -> float:
+        """Sum of the members' measured training CPU time (user + sys; NaN for members trained before
+        it was recorded)."""
+        return float(sum(m.train_cpu_seconds for m in self))
+
     def val_windows(self):
         """The held-out windows [N, T] every ``heldout_nll`` is measured on."""
         return _windows(self.tokenizer, "validation", self.preset)
+
+
+# ----------------------------------------------------------------------------- the regime
+CONFIG = ("depth", "width", "lr", "steps")
+"""The fields that define a configuration; members of one configuration differ only in ``seed``."""
+
+
+def seed_resolved_pairs(source, *, alpha: float = 0.05):
+    """Which held-out loss differences of the family exceed seed noise.
+
+    ``source``: a :class:`Family` or a table with columns ``depth, width, lr, steps, seed,
+    heldout_nll`` (``Family.table()``). Returns one row per compared pair of configurations.
+
+    Rule (stated so that a chapter can restrict a family-based claim to what the family resolves):
+
+    * a *sweep* along an axis of :data:`CONFIG` (depth, width, lr, steps) is a set of >= 2
+      configurations that agree on every other field; every pair of configurations inside a sweep is
+      compared (``axis``, ``a`` < ``b`` along the axis);
+    * the unit is the seed, paired: the same seed means the same batch order, and every member is
+      scored on the same validation windows, so per seed ``diff = NLL(b) - NLL(a)`` (nats; < 0: b is
+      better), over the ``n`` seeds that both configurations have;
+    * ``low``/``high``: the 95% Student-t interval of the mean difference; ``p``: the two-sided paired
+      t-test (n - 1 degrees of freedom; with 3 seeds an exact sign-flip test could never reach
+      p < 0.25, a t-test can); ``p_holm``: Holm's step-down adjustment over every tested pair of the
+      family (Holm 1979); ``resolved``: ``p_holm < alpha``;
+    * a pair with fewer than 2 shared seeds (or zero seed variance and no difference) is untestable:
+      ``p`` NaN, ``resolved`` False, ``reason`` says why.
+
+    Columns: axis, sweep (the fixed fields), a, b (the axis values), name_a, name_b (configuration
+    labels), n, diff, low,
+    high, p, p_holm, resolved, reason. The family-wise rate of falsely resolved pairs is at most
+    ``alpha`` under Gaussian seed noise (tested by simulation in ``tests/test_family_regime.py``).
+    """
+    import math
+
+    import numpy as np
+    import pandas as pd
+    from scipy import stats
+
+    from layerlab.report.inference import holm
+
+    t = source.table() if isinstance(source, Family) else pd.DataFrame(source)
+    missing = {*CONFIG, "seed", "heldout_nll"} - set(t.columns)
+    if missing:
+        raise ValueError(f"seed_resolved_pairs needs columns {sorted(missing)} (a Family or Family.table())")
+    by_cfg = {cfg: g.set_index("seed")["heldout_nll"] for cfg, g in t.groupby(list(CONFIG))}
+    rows = []
+    for i, axis in enumerate(CONFIG):
+        sweeps: dict[tuple, list[tuple]] = {}
+        for cfg in by_cfg:
+            sweeps.setdefault(cfg[:i] + cfg[i + 1:], []).append(cfg)
+        for cfgs in sweeps.values():
+            cfgs = sorted(cfgs, key=lambda c: c[i])
+            for j, ca in enumerate(cfgs):
+                for cb in cfgs[j + 1:]:
+                    a, b = by_cfg[ca], by_cfg[cb]
+                    d = (b - a.reindex(b.index)).dropna().to_numpy(dtype=float)  # [n] per shared seed
+                    row = {"axis": axis, "sweep": config_label(ca, skip=i), "a": ca[i], "b": cb[i],
+                           "name_a": config_label(ca), "name_b": config_label(cb),
+                           "n": d.size, "diff": float(d.mean()) if d.size else math.nan,
+                           "low": math.nan, "high": math.nan, "p": math.nan, "reason": ""}
+                    sd = float(d.std(ddof=1)) if d.size >= 2 else math.nan
+                    if d.size < 2:
+                        row["reason"] = f"{d.size} shared seed(s): no seed noise to compare with"
+                    elif sd == 0 and d.mean() == 0:
+                        row["reason"] = "identical losses"
+                    else:
+                        half = stats.t.ppf(0.975, d.size - 1) * sd / math.sqrt(d.size)
+                        tt = d.mean() / (sd / math.sqrt(d.size)) if sd > 0 else math.copysign(math.inf, d.mean())
+                        row |= {"low": row["diff"] - half, "high": row["diff"] + half,
+                                "p": float(2 * stats.t.sf(abs(tt), d.size - 1))}
+                    rows.append(row)
+    cols = ["axis", "sweep", "a", "b", "name_a", "name_b", "n", "diff", "low", "high", "p", "p_holm", "resolved"]
+    out = pd.DataFrame(rows, columns=[*cols[:-2], "reason"])
+    tested = out["p"].notna().to_numpy()
+    out["p_holm"] = np.nan
+    if tested.any():
+        out.loc[tested, "p_holm"] = holm(out.loc[tested, "p"].to_numpy())
+    out["resolved"] = (out["p_holm"] < alpha).fillna(False).astype(bool)
+    return out[[*cols, "reason"]]
+
+
+def resolved_chain(pairs, axis: str) -> list[str]:
+    """Configurations of the sweep along ``axis`` whose successive losses differ beyond seed noise:
+    walking the axis upwards from its smallest value, keep a configuration iff its pair with the last
+    kept one is ``resolved`` in ``pairs`` (:func:`seed_resolved_pairs`). One list per sweep would be
+    ambiguous, so this takes the sweep with the most configurations along ``axis`` (ties: the first
+    by label); returns its configuration labels (``d4-w64-lr0.003-t1024``), [] when there is none."""
+    sub = pairs[pairs["axis"] == axis]
+    if sub.empty:
+        return []
+    sweep = sub.groupby("sweep").size().idxmax()  # the sweep with the most pairs (= configurations)
+    sub = sub[sub["sweep"] == sweep]
+    names = dict(zip(sub["a"], sub["name_a"])) | dict(zip(sub["b"], sub["name_b"]))
+    resolved = {(r.name_a, r.name_b) for r in sub.itertuples() if r.resolved}
+    chain: list[str] = []
+    for value in sorted(names):
+        if not chain or (chain[-1], names[value]) in resolved:
+            chain.append(names[value])
+    return chain
+
+
+def config_label(cfg: tuple, skip: int | None = None) -> str:
+    """``d4-w64-lr0.003-t1024`` for a (depth, width, lr, steps) configuration, without field ``skip``."""
+    parts = (f"d{cfg[0]}", f"w{cfg[1]}", f"lr{cfg[2]:g}", f"t{cfg[3]}")
+    return "-".join(x for k, x in enumerate(parts) if k != skip)
 
 
 def _windows(tokenizer, split: str, preset: FamilyPreset) -> torch.Tensor:
@@ -249,8 +367,10 @@ def get_family(profile: str, *, progress: bool = False, train_missing: bool = Tr
             import concurrent.futures as cf
             import multiprocessing as mp
 
+            # longest first (cost ~ depth x width x steps): the makespan of 2 workers is then near total / 2
+            order = sorted(missing, key=lambda ms: -ms.depth * ms.width * ms.steps)
             with cf.ProcessPoolExecutor(min(workers, len(missing)), mp_context=mp.get_context("spawn")) as ex:
-                for fut in [ex.submit(_train_one, profile, ms, root, False, 1) for ms in missing]:
+                for fut in [ex.submit(_train_one, profile, ms, root, False, 1) for ms in order]:
                     fut.result()
         if _rank_world()[1] > 1:  # under torchrun, wait until rank 0 has written every result
             torch.distributed.barrier()
@@ -261,6 +381,7 @@ def get_family(profile: str, *, progress: bool = False, train_missing: bool = Tr
             name=ms.name, depth=ms.depth, width=ms.width, lr=ms.lr, seed=ms.seed, steps=ms.steps,
             tokens=res["tokens"], heldout_nll=res["heldout_nll"], checkpoints=res["checkpoints"],
             curve=res["curve"], train_loss=res["train_loss"], train_seconds=res["train_seconds"],
+            train_cpu_seconds=res.get("train_cpu_seconds", float("nan")),
             spec=_member_spec(preset, ms, len(tok)), run_dir=root / ms.name, _tokenizer=tok,
         ))
     mark_complete(root)
@@ -286,10 +407,10 @@ def _train_member(preset, ms: MemberSpec, spec: ModelSpec, train_ids, val_ids, r
     cfg = TrainConfig(batch_size=preset.batch_size, seed=ms.seed, weight_decay=preset.weight_decay,
                       checkpoints=ckpts, eval_steps=ckpts)
     model = build_model(spec, seed=ms.seed).to(default_device())
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = train(model, uniform(ms.depth, ms.steps, lr=ms.lr, warmup=min(preset.warmup, ms.steps // 4)),
                 train_ids, cfg, val_ids=val_ids, run_dir=run_dir, progress=progress)
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     final = [e for e in res.evals if e["step"] == ms.steps]
     nll = final[0]["val_nll"] if final else eval_nll(res.model, val_ids)
     rank, world = _rank_world()
@@ -300,7 +421,7 @@ def _train_member(preset, ms: MemberSpec, spec: ModelSpec, train_ids, val_ids, r
     write_json(run_dir / "result.json", {
         "name": ms.name, "tokens": res.totals["tokens"], "heldout_nll": nll, "checkpoints": list(ckpts),
         "curve": res.evals, "train_loss": [r["loss"] for r in res.log], "train_seconds": seconds,
-        "ledger": res.totals,
+        "train_cpu_seconds": cpu_seconds, "ledger": res.totals,
     })
 
 
@@ -316,7 +437,8 @@ def main(argv: list[str] | None = None) -> None:
     fam = get_family(a.profile, workers=a.workers)
     print(fam.table().to_string())
     print(f"{len(fam)} members; elapsed {time.perf_counter() - t0:.0f} s; "
-          f"summed member training time {fam.train_seconds:.0f} s")
+          f"summed member training time {fam.train_seconds:.0f} s wall, {fam.train_cpu_seconds:.0f} s CPU")
+    print(seed_resolved_pairs(fam).to_string())
 
 
 if __name__ == "__main__":
