@@ -44,7 +44,8 @@ SHRINK = {
                      vit_ks=(4, 8), **GPU_FAMILY_FILTERS),
     "diversity": dict(shots=1, n_train=16, n_test=16, max_words=12, lm_windows=2, lm_window=32, lm_positions=4,
                       null_examples=12, family_examples=16, n_boot=100),
-    "growth": dict(depth=4, width=32, steps=12, seeds=(0, 1), n_evals=4, val_windows=16, batch_size=4, warmup=2),
+    "growth": dict(depth=4, width=32, steps=12, seeds=(0, 1), n_evals=4, windows_per_doc=4, imp_docs=4,
+                   imp_windows_per_doc=2, batch_size=4, warmup=2, lr_sweep=(3e-3, 1e-2), workers=1),
 }
 """Size overrides only: the model lists, tasks, layer indices and variants of the gpu presets are kept."""
 
