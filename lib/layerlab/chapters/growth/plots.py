@@ -83,9 +83,13 @@ def fig_importance(result: GrowthResult):
     return _finish(fig)
 
 
-def fig_seeds(result: GrowthResult, rows):
+def fig_seeds(result: GrowthResult, rows=None):
     """Per-seed statistic of each loss claim (dots; one colour per seed) with the mean and its 95%
-    t-interval (bar), against 0 (no difference)."""
+    t-interval (bar), against 0 (no difference). ``rows``: the claim rows (default: ``claims(result)``)."""
+    if rows is None:
+        from layerlab.chapters.growth.claims import claims
+
+        rows = claims(result)
     import matplotlib.pyplot as plt
 
     from layerlab.chapters.growth.claims import loss_seeds
