@@ -41,6 +41,13 @@ INSPECT_JS = r"""
        .forEach(e => e.remove());
   const label = el => (el.closest('[id]') || {}).id || el.tagName.toLowerCase();
   const cellText = td => td.innerText.trim();
+  const scrolls = t => {
+    for (let e = t.parentElement; e && e !== article; e = e.parentElement) {
+      const o = getComputedStyle(e).overflowX;
+      if ((o === 'auto' || o === 'scroll') && e.getBoundingClientRect().width <= column + 1) return true;
+    }
+    return false;
+  };
   return {
     title: document.title,
     prose: prose.innerText,
@@ -50,7 +57,9 @@ INSPECT_JS = r"""
              .map(e => e.innerText.slice(0, 200)),
     truncated: [...article.querySelectorAll('td, th')].map(cellText).filter(t => /(\.\.\.|\u2026)$/.test(t))
              .slice(0, 20),
-    wide: [...article.querySelectorAll('table')].map(t => ({id: label(t), width: t.getBoundingClientRect().width,
+    // a table wider than the column is a defect unless it scrolls inside its own box that fits the column
+    wide: [...article.querySelectorAll('table')].filter(t => !scrolls(t))
+             .map(t => ({id: label(t), width: t.getBoundingClientRect().width,
              head: (t.querySelector('th, td') || {innerText: ''}).innerText.slice(0, 40)}))
              .filter(t => t.width > column + 1),
     column: column,
