@@ -89,8 +89,8 @@ def naive_peak_drop(curves: Any, *, unit: str, seed: int = 0) -> Evidence:
     return mean_effect(c[:, peak] - c[:, -1], unit=unit, seed=seed, n_boot=500, n_perm=2000)
 
 
-def scenario(kind: str, *, n: int, unit: str, effect: float, sd: float = 1.0, n_depths: int = 31,
-             held_out: bool = True) -> Scenario:
+def _builtin_scenario(kind: str, *, n: int, unit: str, effect: float, sd: float = 1.0, n_depths: int = 31,
+                      held_out: bool = True) -> Scenario:
     """A built-in design at ``n`` units.
 
     "paired": one paired difference per unit, N(0, sd) under the null and N(effect, sd) under the effect.
@@ -131,8 +131,7 @@ def scenario(kind: str, *, n: int, unit: str, effect: float, sd: float = 1.0, n_
 
 
 # --------------------------------------------------------------------------------------------------
-# Scenario kinds added for the coupling chapter (appended; :func:`scenario` dispatches to them first).
-_base_scenario = scenario
+# Scenario kinds of the coupling chapter (C4, C9).
 
 
 def _stratified_scenario(*, n: int, unit: str, effect: float, n_strata: int = 3) -> Scenario:
@@ -177,16 +176,6 @@ def _growth_scenario(*, n: int, unit: str, effect: float, n_depths: int = 30, sd
     return Scenario(name=f"exponential vs linear / power law, {n_depths} depths, held out", n=n, unit=unit,
                     effect_size=f"growth {effect:g} per block", null=draw(lin_curve), effect=draw(exp_curve),
                     evidence=ev)
-
-
-def scenario(kind: str, *, n: int, unit: str, effect: float, **kw: Any) -> Scenario:  # noqa: F811
-    """:func:`_base_scenario` plus "stratified_correlation" (C4: members nested in seeds) and
-    "growth_compare" (C9: exponential vs linear / power law by held-out error)."""
-    if kind == "stratified_correlation":
-        return _stratified_scenario(n=n, unit=unit, effect=effect)
-    if kind == "growth_compare":
-        return _growth_scenario(n=n, unit=unit, effect=effect)
-    return _base_scenario(kind, n=n, unit=unit, effect=effect, **kw)
 
 
 # --------------------------------------------------------------------------- diversity designs (appended)
@@ -268,10 +257,14 @@ def _diversity_scenario(kind: str, *, n: int, unit: str, effect: float, n_depths
     return None
 
 
-_scenario_before_diversity = scenario
-
-
-def scenario(kind: str, *, n: int, unit: str, effect: float, **kw: Any) -> Scenario:  # noqa: F811
-    """:func:`scenario` extended with the diversity chapter's kinds (:func:`_diversity_scenario`)."""
+def scenario(kind: str, *, n: int, unit: str, effect: float, **kw: Any) -> Scenario:
+    """The design ``kind`` at ``n`` units: the built-in kinds ("paired", "correlation", "peak_drop",
+    "sequential"; :func:`_builtin_scenario`), the coupling chapter's "stratified_correlation" (C4: members
+    nested in seeds) and "growth_compare" (C9: exponential vs linear / power law by held-out error), and
+    the diversity chapter's kinds (:func:`_diversity_scenario`)."""
+    if kind == "stratified_correlation":
+        return _stratified_scenario(n=n, unit=unit, effect=effect)
+    if kind == "growth_compare":
+        return _growth_scenario(n=n, unit=unit, effect=effect)
     sc = _diversity_scenario(kind, n=n, unit=unit, effect=effect, n_depths=kw.get("n_depths", 31))
-    return sc if sc is not None else _scenario_before_diversity(kind, n=n, unit=unit, effect=effect, **kw)
+    return sc if sc is not None else _builtin_scenario(kind, n=n, unit=unit, effect=effect, **kw)
