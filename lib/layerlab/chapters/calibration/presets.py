@@ -67,6 +67,8 @@ CASES: tuple[Case, ...] = (
          effect=3.0),
     Case(label="growth G1-G5 (6 seeds, seed-paired differences; G2/G3 vs 80% of the claimed size)", kind="paired",
          n=6, unit="seeds", effect=1.5),
+    Case(label="atlas AF/AA trained vs twin per lens pair (16 family members, paired)", kind="paired", n=16,
+         unit="members", effect=1.0),
 )
 """The designs of the book, at the chapters' real n (``cpu`` profile)."""
 
