@@ -280,3 +280,18 @@ def test_excess_table_is_compact_and_rounded():
     assert list(t["setting"]) == ["K=8, ℓ2", "K=8, trace", "K=4, ℓ2", "K=4, trace"]
     assert (t["excess, trained"] == t["trained"]).all() and (t.drop(columns="setting").round(3) == t.drop(
         columns="setting")).all().all()
+
+
+def test_depth_sweep_is_the_arm_with_most_depths_not_a_side_arm_with_as_many_seeds():
+    """The cpu family's width arms (depth 4 at widths 32 and 128) have as many seeds as the depth sweep
+    (width 64); the sweep must be the arm with the most depths, whatever the group order."""
+    from layerlab.chapters.coupling.stats import depth_sweep
+
+    sweep = [{"depth": d, "width": 64, "lr": 3e-3, "steps": 1024, "seed": s, "heldout_nll": 2 - 0.05 * d + 0.001 * s}
+             for d in (1, 2, 4, 8) for s in range(3)]
+    arms = [{"depth": 4, "width": w, "lr": 3e-3, "steps": 1024, "seed": s, "heldout_nll": 1.8 + 0.001 * s}
+            for w in (32, 128) for s in range(3)]
+    fam = pd.DataFrame(arms + sweep)
+    assert sorted(set(depth_sweep(fam).depth)) == [1, 2, 4, 8] and set(depth_sweep(fam).width) == {64}
+    reg = family_regime(fam)
+    assert reg["ok"] and reg["kept"] == [1, 2, 4, 8] and "improves with depth" in reg["regime"]

@@ -77,11 +77,13 @@ def incremental_r2(df: pd.DataFrame, y: str, base: list[str], extra: list[str], 
 
 def depth_sweep(fam: pd.DataFrame) -> pd.DataFrame:
     """The family's depth sweep: the members sharing the (width, lr, steps) setting that has the most
-    seeds (the members that differ only in depth and seed)."""
+    distinct depths, ties broken by the most seeds (the members that differ only in depth and seed).
+    A width or learning-rate side arm with as many seeds but one depth is never the sweep."""
     if fam.empty:
         return fam
-    counts = fam.groupby(["width", "lr", "steps"])["seed"].nunique()
-    w, lr, st = counts.idxmax()
+    g = fam.groupby(["width", "lr", "steps"])
+    counts = pd.DataFrame({"depths": g["depth"].nunique(), "seeds": g["seed"].nunique()})
+    w, lr, st = counts.sort_values(["depths", "seeds"], ascending=False, kind="stable").index[0]
     return fam[(fam["width"] == w) & (fam["lr"] == lr) & (fam["steps"] == st)]
 
 
