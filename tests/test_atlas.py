@@ -151,3 +151,23 @@ def test_run_resumes_from_cached_pieces(fresh_cache, monkeypatch):
     assert atlas.run(P, progress=False).numbers == r.numbers and not calls  # the whole result is cached
     assert len(atlas.pair_claims(r)) == len(r.agreement)
     assert [c.id for c in atlas.claims(r)] == ["AG", "AF", "AA", "AX"]
+
+
+def test_agreement_can_reach_significance_after_holm_over_all_pairs():
+    """19 lenses = 171 pairs: with the preset's 2,000 permutations the smallest Holm-adjusted p would be
+    171 / 2001 = 0.085 > 0.025 and no pair could ever agree. The permutation count follows the family size,
+    so two lenses that rank 30 layers identically agree, and independent noise does not."""
+    import pandas as pd
+
+    from layerlab.chapters.atlas.analysis import LENSES, agreement, permutations_for_holm
+
+    assert permutations_for_holm(2000, 171) * 0.025 >= 2 * 171 and permutations_for_holm(50_000, 3) == 50_000
+    rng = np.random.default_rng(0)
+    names = list(LENSES)[:19]
+    w = pd.DataFrame({n: rng.normal(size=30) for n in names})
+    w[names[1]] = 2 * w[names[0]] + 1  # the same ranking of the layers
+    df = agreement(w, n_boot=50, n_perm=2000, seed=0)
+    assert len(df) == 171
+    hit = df[(df.a == names[0]) & (df.b == names[1])].iloc[0]
+    assert hit.verdict == "agree" and hit.p_holm_greater <= 0.025
+    assert (df.verdict == "agree").sum() <= 2  # the others are noise (at most a chance hit)

@@ -54,3 +54,22 @@ def test_family_section_runs_on_the_smoke_family():
     assert fa.numbers["n_members"] == len(fa.members) and fa.numbers["n_pairs"] == len(fa.pairs)
     with pytest.raises(ValueError, match="no member"):
         atlas.run(atlas.preset("smoke", model="family:no-such-member"))
+
+
+def test_compare_can_decide_one_pair_among_171_at_16_members():
+    """16 members are past the exact sign-flip range, so the p-values come from random flips; with 4,000
+    the smallest Holm-adjusted p over 171 pairs would be 171 / 4001 = 0.043 > 0.025 and no pair could ever
+    be learned. The flip count follows the number of pairs."""
+    rng = np.random.default_rng(1)
+    m, pairs = 16, [(f"l{i}", f"l{j}") for i in range(19) for j in range(i + 1, 19)]
+    assert len(pairs) == 171
+    trained, init = 0.1 * rng.normal(size=(m, 171)), 0.1 * rng.normal(size=(m, 171))
+    trained[:, 0] += 0.8  # one agreement that training creates
+
+    def res(rhos):
+        return [SimpleNamespace(agreement=pd.DataFrame({"a": [p[0] for p in pairs], "b": [p[1] for p in pairs],
+                                                        "rho": row})) for row in rhos]
+
+    df = compare(res(trained), res(init))
+    assert df.label.iloc[0] == "learned: strengthened" and df.p_diff_greater_holm.iloc[0] <= 0.025
+    assert (df.label.iloc[1:] == "undecided").mean() > 0.95

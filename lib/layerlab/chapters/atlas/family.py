@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from layerlab.chapters.atlas.analysis import permutations_for_holm
 from layerlab.chapters.atlas.presets import AtlasPreset
 from layerlab.chapters.atlas.run import AtlasResult, run
 from layerlab.report.inference import holm, mean_effect, paired_difference
@@ -75,6 +76,8 @@ def compare(trained: list[AtlasResult], init: list[AtlasResult], *, alpha: float
         raise ValueError(f"compare needs one twin per trained member, got {len(trained)} and {len(init)}")
     pairs = [(r.a, r.b) for r in trained[0].agreement.itertuples()]
     rt, ri = _rho(trained, pairs), _rho(init, pairs)
+    # random sign flips beyond 12 members: enough that the smallest Holm-adjusted p can reach alpha / 2
+    n_perm = permutations_for_holm(4000, len(pairs), alpha)
     rows = []
     for j, (a, b) in enumerate(pairs):
         ok = np.isfinite(rt[:, j]) & np.isfinite(ri[:, j])
@@ -83,8 +86,8 @@ def compare(trained: list[AtlasResult], init: list[AtlasResult], *, alpha: float
                                "low": np.nan, "high": np.nan, "p_diff_greater": np.nan, "p_diff_less": np.nan,
                                "p_init_greater": np.nan, "p_init_less": np.nan}
         if n >= 2:
-            d = paired_difference(rt[ok, j], ri[ok, j], unit="members", seed=seed)
-            z = mean_effect(ri[ok, j], unit="members", seed=seed, bounds=(-1.0, 1.0))
+            d = paired_difference(rt[ok, j], ri[ok, j], unit="members", seed=seed, n_perm=n_perm)
+            z = mean_effect(ri[ok, j], unit="members", seed=seed, bounds=(-1.0, 1.0), n_perm=n_perm)
             row.update(rho_trained=float(rt[ok, j].mean()), rho_init=z.estimate, diff=d.estimate, low=d.low,
                        high=d.high, p_diff_greater=d.p_greater, p_diff_less=d.p_less, p_init_greater=z.p_greater,
                        p_init_less=z.p_less)
