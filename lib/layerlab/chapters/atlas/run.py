@@ -29,6 +29,9 @@ from layerlab.data.fetch import data_fingerprint
 
 __all__ = ["AtlasResult", "check_layers", "load", "run"]
 
+#: what the cached atlas depends on: this module (and, transitively, analysis and measure) and the model loader
+_SOURCES = (__name__, "layerlab.core.models")
+
 MEASURE_FIELDS = ("model", "tiny_layers", "window", "tokens", "batch_size", "lens_positions", "member_positions",
                   "member_chunk", "jacobian_samples", "coupling_k", "seed", "device", "dtype")
 
@@ -142,7 +145,7 @@ def run(preset: AtlasPreset, *, progress: bool | None = None) -> AtlasResult:
     ``progress``: tqdm bars (None: only on a terminal)."""
     check_tokens(preset)
     key = {"preset": dataclasses.asdict(preset), "data": data_fingerprint(), **_family_key(preset)}
-    return cached("atlas-result", key, lambda: _compute(preset, progress), sources=["layerlab.core.models"])
+    return cached("atlas-result", key, lambda: _compute(preset, progress), sources=_SOURCES)
 
 
 def _ids_hash(ids: torch.Tensor) -> str:
@@ -158,7 +161,7 @@ def _bar(it, total: int, desc: str, progress: bool | None):
 def _piece(kind: str, P: AtlasPreset, extra: dict, compute: Callable[[], dict]) -> dict:
     key = {"measure": {f: getattr(P, f) for f in MEASURE_FIELDS}, "data": data_fingerprint(), **_family_key(P),
            **extra}
-    return cached(kind, key, compute, sources=["layerlab.core.models"])
+    return cached(kind, key, compute, sources=_SOURCES)
 
 
 def measure_all(P: AtlasPreset, model, windows: TokenWindows, layers: list[int], *,

@@ -1,0 +1,44 @@
+"""Every cached result in the library is keyed by the code that computes it (no stale results).
+
+``cached*(..., sources=...)`` fingerprints the named modules *instead of* the calling one, so a call that
+names only, say, ``layerlab.core.models`` would serve a stale result after an edit to the chapter that
+computes it (the atlas did, until an edit to its agreement rule was served from the old cache)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+LIB = Path(__file__).resolve().parents[1] / "lib" / "layerlab"
+CACHE_CALLS = {"cached", "cached_json", "cached_tensors"}
+# calls whose compute closure runs only the named module's code (the key holds everything else)
+ALLOWED = {("chapters/anatomy/budget.py", "layerlab.metrics.ablation")}
+
+
+def _calls():
+    for path in sorted(LIB.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        consts = {t.id: n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets
+                  if isinstance(t, ast.Name)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in CACHE_CALLS:
+                for kw in node.keywords:
+                    if kw.arg == "sources":
+                        value = consts.get(kw.value.id, kw.value) if isinstance(kw.value, ast.Name) else kw.value
+                        yield path.relative_to(LIB).as_posix(), node.lineno, value
+
+
+@pytest.mark.parametrize("rel,line,value", list(_calls()), ids=lambda v: str(v) if not isinstance(v, ast.AST) else "")
+def test_sources_include_the_computing_module(rel, line, value):
+    if isinstance(value, ast.Constant) and (rel, value.value) in ALLOWED:
+        return
+    assert isinstance(value, (ast.Tuple, ast.List)), f"{rel}:{line}: sources must list the module itself"
+    names = [e.id if isinstance(e, ast.Name) else getattr(e, "value", None) for e in value.elts]
+    assert "__name__" in names, f"{rel}:{line}: sources {names} leave out the module that computes the result"
+
+
+def test_the_scan_finds_the_chapters_cached_results():
+    found = {rel for rel, _, _ in _calls()}
+    assert {"chapters/atlas/run.py", "chapters/coupling/members.py", "chapters/diversity/run.py"} <= found
