@@ -171,3 +171,23 @@ def test_agreement_can_reach_significance_after_holm_over_all_pairs():
     hit = df[(df.a == names[0]) & (df.b == names[1])].iloc[0]
     assert hit.verdict == "agree" and hit.p_holm_greater <= 0.025
     assert (df.verdict == "agree").sum() <= 2  # the others are noise (at most a chance hit)
+
+
+def test_summary_rows_are_decided_by_cross_family_pairs_only():
+    """Bias and Div of one member share its Ω, so they rank layers alike for any model: such a within-family
+    pair is shown in the pair rows but cannot make AG "supported"."""
+    import pandas as pd
+
+    from layerlab.chapters.atlas.analysis import agreement
+    from layerlab.chapters.atlas.claims import _agree_row, cross_family
+
+    rng = np.random.default_rng(3)
+    w = pd.DataFrame({n: rng.normal(size=30) for n in ("mlp_bias", "mlp_div", "skip", "coupling")})
+    w["mlp_div"] = w["mlp_bias"] + 1e-3 * rng.normal(size=30)  # tied, as by Ω
+    ag = agreement(w, n_boot=50, n_perm=2000, seed=0)
+    assert len(cross_family(ag)) == 5 and ag[(ag.a == "mlp_bias") & (ag.b == "mlp_div")].verdict.iloc[0] == "agree"
+    row = _agree_row("AG", type("R", (), {"agreement": ag})(), "x")
+    assert row.verdict == "inconclusive" and "different families" in row.claim
+    w["coupling"] = 3 * w["skip"]  # a cross-family pair that ranks the layers alike decides it
+    row = _agree_row("AG", type("R", (), {"agreement": agreement(w, n_boot=50, n_perm=2000, seed=0)})(), "x")
+    assert row.verdict == "supported" and row.note == "largest ρ: skip vs coupling"

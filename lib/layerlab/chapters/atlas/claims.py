@@ -5,7 +5,8 @@ The atlas is the book's own question (issue 18): do "important by ablation", "co
 "predictable" pick the same layers? Each pair is a Spearman correlation over layers with a permutation
 p-value; the verdicts use Holm-adjusted one-sided p over all pairs (``report.inference.holm``): supported =
 they agree (ρ > 0), contradicted = opposite order (ρ < 0), inconclusive otherwise. The summary rows use
-``report.verdicts.decide_family`` (some pair agrees; some agreement is learned, i.e. differs between trained
+``report.verdicts.decide_family`` over the pairs from *different* lens families (:func:`cross_family`; pairs
+within a family are tied by construction) (some pair agrees; some agreement is learned, i.e. differs between trained
 family members and their random-init twins, paired over members; some agreement is architectural, i.e.
 already present in the twins). :func:`pair_claims` gives one row per lens pair.
 """
@@ -14,6 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pandas as pd
+
+from layerlab.chapters.atlas.analysis import LENSES
 from layerlab.chapters.atlas.family import FamilyAtlas
 from layerlab.chapters.atlas.run import AtlasResult
 from layerlab.report.claims import Claim
@@ -30,10 +34,18 @@ def _pair_evidence(ag, unit: str = "layers") -> list[Evidence]:
                      n=int(r.n), method="permutation test over layers") for r in ag.itertuples() if r.rho == r.rho]
 
 
+def cross_family(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The lens pairs from different families (ablation, residual, coupling, diversity, anatomy). Pairs within
+    a family are tied by construction (an MLP member's Bias and Div share its Ω; skip and skip_mlp share
+    the MLP write), so they are shown pair by pair but never decide a summary row."""
+    fam = {k: v[0] for k, v in LENSES.items()}
+    return pairs[[fam.get(a) != fam.get(b) for a, b in zip(pairs.a, pairs.b)]]
+
+
 def _agree_row(cid: str, result: AtlasResult, what: str) -> Claim:
-    ag = result.agreement
+    ag = cross_family(result.agreement)
     evs = _pair_evidence(ag)
-    text = f"Some pair of lenses picks the same layers of {what} (Spearman over layers)"
+    text = f"Some pair of lenses from different families picks the same layers of {what} (Spearman over layers)"
     if not evs:
         return missing(id=cid, claim=text, paper="—", tag="reconstructed",
                        reason="no lens pair is defined on the measured layers")
@@ -46,9 +58,10 @@ def _agree_row(cid: str, result: AtlasResult, what: str) -> Claim:
 
 
 def _family_row(cid: str, fa: FamilyAtlas, *, learned: bool) -> Claim:
-    p = fa.pairs[fa.pairs.n >= 2]
-    text = ("Some agreement between lenses is learned: trained members differ from their random-init twins"
-            if learned else "Some agreement between lenses is architectural: random-init twins already show it")
+    p = cross_family(fa.pairs[fa.pairs.n >= 2])
+    text = ("Some agreement between lenses of different families is learned: trained members differ from their "
+            "random-init twins" if learned else
+            "Some agreement between lenses of different families is architectural: random-init twins already show it")
     if p.empty:
         return missing(id=cid, claim=text, paper="—", tag="reconstructed",
                        reason="fewer than 2 family members define a lens pair")
