@@ -19,8 +19,14 @@ FIGSIZE = {"single": (6.0, 3.6), "wide": (9.0, 3.6), "square": (4.5, 4.2), "grid
 
 
 def use_style(context: str = "notebook") -> None:
-    """Apply the book's style (idempotent): seaborn whitegrid, colour-blind palette, tight savefig."""
+    """Apply the book's style (idempotent): seaborn whitegrid, colour-blind palette, tight savefig; pandas
+    shows every row, column and character of a displayed table (a book page never elides cells with
+    "..."; wide tables scroll in their own box, book/_static/layerlab.css)."""
+    import pandas as pd
     import seaborn as sns
+
+    for opt in ("display.max_rows", "display.max_columns", "display.max_colwidth"):
+        pd.set_option(opt, None)
 
     sns.set_theme(context=context, style="whitegrid", palette=PALETTE)
     mpl.rcParams.update({
