@@ -181,7 +181,9 @@ def test_run_tables_and_numbers_agree(smoke_runs):
     assert t.index.name == "document" and list(t.columns) == ["NLL (nats/token)", "windows", "perplexity"]
     assert t["windows"].sum() == n["n_windows"] and n["hardest_doc"] in t.index
     lt = r.lens_table()
-    assert lt.index.tolist() == ["frozen", "recompute"] and lt.columns.tolist() == list(range(r.n_layers + 1))
+    assert lt.columns.tolist() == ["frozen", "recompute"] and lt.index.tolist() == list(range(r.n_layers + 1))
+    curve = r.lens_curve.set_index(["variant", "depth"])["nll"]
+    assert lt.loc[r.n_layers, "frozen"] == round(curve[("frozen", r.n_layers)], 3)
     assert len(r.norm_curve) == r.n_layers + 1 and r.norm_curve["update_ratio"].isna().tolist()[-1]
     assert r.comparison.loc["perplexity", "random init"] == r.ppl_random.estimate
 

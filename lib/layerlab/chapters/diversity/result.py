@@ -13,6 +13,7 @@ import pandas as pd
 from layerlab.core.protocol import Provenance
 
 ABLATION_TERMS = ["mse", "bias", "div", "omega", "ce", "kl", "acc"]
+FAMILY_TERMS = ["acc", "ce", "member_ce", "kl", "mse", "bias", "div", "omega"]
 TRADE_COLUMNS = ["corr_bias_omega", "corr_div_omega", "corr_bias_div", "partial_bias_div_given_omega",
                  "bias_floor_onehot", "bias_floor_centred", "member_ce_floor"]
 
@@ -119,9 +120,21 @@ class DiversityResult:
         s = self.lm["sweep"]
         return s[s.k == s.k.max()].set_index("term")[["value", "low", "high"]]
 
-    def family_table(self, digits: int = 3) -> pd.DataFrame | None:
-        """The depth family's rows rounded to ``digits``, or None when the run has no family."""
-        return None if self.family is None else self.family.round(digits)
+    def family_table(self, digits: int = 3, *, intervals: bool = False) -> pd.DataFrame | None:
+        """The depth family at full depth, one row per (depth, seed, init), or None without a family.
+
+        ``intervals=False``: the estimates (held-out NLL in nats per byte, members M, then each term of
+        :data:`FAMILY_TERMS`) rounded to ``digits``. ``intervals=True``: each term's 95% bootstrap interval
+        over examples as ``"low–high"``. Two narrow tables rather than one of 30 columns, which no page or
+        printed sheet can hold."""
+        if self.family is None:
+            return None
+        f = self.family.sort_values(["depth", "seed", "init"], kind="stable").set_index(["depth", "seed", "init"])
+        terms = [t for t in FAMILY_TERMS if t in f.columns]
+        if intervals:
+            return pd.DataFrame({t: [f"{lo:.{digits}f}–{hi:.{digits}f}" for lo, hi in zip(f[f"{t}_low"], f[f"{t}_high"])]
+                                 for t in terms}, index=f.index)
+        return f[["heldout_nll", "M", *terms]].rename(columns={"heldout_nll": "held-out NLL"}).round(digits)
 
     def ablation_table(self) -> pd.DataFrame:
         """Full-depth terms under module-level members, layer-level members and the centred target."""

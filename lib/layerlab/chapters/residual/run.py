@@ -137,8 +137,9 @@ class ResidualResult:
         return t.rename(columns={"mean": "NLL (nats/token)", "count": "windows"}).round(3)
 
     def lens_table(self) -> pd.DataFrame:
-        """Mean lens NLL of the trained model: one row per lens variant, one column per depth (rounded)."""
-        return self.lens_curve.pivot(index="depth", columns="variant", values="nll").round(3).T
+        """Mean lens NLL of the trained model (rounded): one row per depth, one column per lens variant
+        (L + 1 rows; as columns they ran off the page and the printed sheet at L = 30)."""
+        return self.lens_curve.pivot(index="depth", columns="variant", values="nll").round(3)
 
 
 def run(preset: ResidualPreset) -> ResidualResult:
