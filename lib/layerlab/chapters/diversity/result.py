@@ -132,8 +132,11 @@ class DiversityResult:
         f = self.family.sort_values(["depth", "seed", "init"], kind="stable").set_index(["depth", "seed", "init"])
         terms = [t for t in FAMILY_TERMS if t in f.columns]
         if intervals:
-            return pd.DataFrame({t: [f"{lo:.{digits}f}–{hi:.{digits}f}" for lo, hi in zip(f[f"{t}_low"], f[f"{t}_high"])]
-                                 for t in terms}, index=f.index)
+            def cell(lo: float, hi: float) -> str:
+                return f"{lo:.{digits}f}–{hi:.{digits}f}"
+
+            return pd.DataFrame({t: [cell(lo, hi) for lo, hi in zip(f[f"{t}_low"], f[f"{t}_high"])] for t in terms},
+                                index=f.index)
         return f[["heldout_nll", "M", *terms]].rename(columns={"heldout_nll": "held-out NLL"}).round(digits)
 
     def ablation_table(self) -> pd.DataFrame:
