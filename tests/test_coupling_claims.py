@@ -147,15 +147,69 @@ def test_disagreeing_settings_are_inconclusive_with_the_reason():
 
 
 def test_family_regime_rule():
-    rows = [{"depth": d, "width": 64, "lr": 3e-3, "steps": 256, "seed": s, "heldout_nll": 5 + 0.1 * d + 0.001 * s}
-            for d in (2, 3, 4, 6) for s in range(3)]
+    rng = np.random.default_rng(0)
+    # a clear depth effect with seed noise that is not shared across depths: every pair is resolved
+    rows = [{"depth": d, "width": 64, "lr": 3e-3, "steps": 256, "seed": s,
+             "heldout_nll": 5 + 0.1 * d + 0.002 * rng.standard_normal()} for d in (2, 3, 4, 6) for s in range(3)]
     reg = family_regime(pd.DataFrame(rows))
     assert reg["ok"] and reg["kept"] == [2, 3, 4, 6] and "worse with depth" in reg["regime"]
-    noisy = [dict(r, heldout_nll=5 + 0.001 * r["depth"] + (0.5 if r["seed"] == 1 else 0)) for r in rows]
+    assert reg["n_seeds"] == 3 and reg["n_tested"] == 6 and "Holm" in reg["rule"]
+    # noise far above the depth effect: nothing is resolved, so no family claim
+    noisy = [dict(r, heldout_nll=5 + 0.001 * r["depth"] + 0.5 * rng.standard_normal()) for r in rows]
     reg = family_regime(pd.DataFrame(noisy))
-    assert not reg["ok"] and "seed noise" in reg["reason"]
+    assert not reg["ok"] and "seed noise" in reg["reason"] and len(reg["kept"]) < 3
     single = [r for r in rows if r["seed"] == 0]
     assert "cannot be estimated" in family_regime(pd.DataFrame(single))["reason"]
+
+
+def test_family_regime_pairs_by_seed():
+    """A seed offset shared by every depth (same batch order) is not seed noise of a difference: the
+    paired rule resolves depths that an unpaired 2-SE rule would call noise."""
+    rows = [{"depth": d, "width": 64, "lr": 3e-3, "steps": 256, "seed": s,
+             "heldout_nll": 5 - 0.02 * d + 0.3 * s + 0.001 * ((d * 7 + s * 3) % 5)}
+            for d in (1, 2, 4) for s in range(4)]
+    reg = family_regime(pd.DataFrame(rows))
+    assert reg["ok"] and reg["kept"] == [1, 2, 4] and "improves with depth" in reg["regime"]
+
+
+def test_family_regime_keeps_the_largest_pairwise_separated_set():
+    """Depth 2 vs 4 is noise, the others are far apart: the kept set is one of {1, 2, 8} / {1, 4, 8}
+    (the widest; ties to the smaller values), never both 2 and 4."""
+    rng = np.random.default_rng(1)
+    level = {1: 3.0, 2: 2.5, 4: 2.5, 8: 2.0}
+    rows = [{"depth": d, "width": 64, "lr": 3e-3, "steps": 256, "seed": s,
+             "heldout_nll": level[d] + 0.01 * rng.standard_normal()} for d in level for s in range(5)]
+    reg = family_regime(pd.DataFrame(rows))
+    assert reg["ok"] and reg["kept"] == [1, 2, 8]
+
+
+def test_every_chapter_reads_the_family_by_one_rule():
+    """The coupling claims, the diversity regime and the growth chapter's scaling section agree on
+    which depths differ beyond seed noise (they once used three different rules)."""
+    from layerlab.chapters.diversity.regime import regime
+    from layerlab.chapters.growth import family_plots as fp
+    from layerlab.training.family import config_label
+    from layerlab.training.regime import seed_resolved_pairs, separated
+
+    rng = np.random.default_rng(2)
+    sweep = [{"name": f"d{d}s{s}", "depth": d, "width": 64, "lr": 3e-3, "steps": 1024, "seed": s,
+              "heldout_nll": 2 - 0.03 * np.log2(d) + 0.015 * rng.standard_normal()}
+             for d in (1, 2, 4, 8, 12) for s in range(3)]
+    arms = [{"name": f"w{w}s{s}", "depth": 4, "width": w, "lr": 3e-3, "steps": 1024, "seed": s,
+             "heldout_nll": 1.9 - 0.0005 * w + 0.015 * rng.standard_normal()} for w in (32, 128) for s in range(3)]
+    table = pd.DataFrame(sweep + arms)
+    reg = family_regime(table)
+    pairs = seed_resolved_pairs(table)
+    label = config_label((1, 64, 3e-3, 1024), skip=0)
+    assert reg["kept"] == separated(pairs, "depth", label)
+    div = regime(table)
+    assert div["kept"] == (reg["kept"] if len(reg["kept"]) >= 2 else [])
+    text = fp.scaling_sentences(table)
+    if len(reg["kept"]) >= 2:
+        assert f"separated pairwise (what a family claim may use) is {', '.join(map(str, reg['kept']))}" in text
+    else:
+        assert "separated pairwise" not in text
+
 
 
 def test_model_compare_picks_the_generating_shape():

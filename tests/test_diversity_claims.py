@@ -192,16 +192,21 @@ def test_bootstrap_evidence_refuses_small_n_and_finds_a_clear_mean():
 
 
 def test_regime_states_an_under_trained_family_and_keeps_only_separable_depths():
+    rng = np.random.default_rng(0)
     rows = []
-    for d, nll in ((1, 3.0), (2, 3.2), (4, 3.21), (6, 3.6)):
+    for d, nll in ((1, 3.0), (2, 3.2), (4, 3.201), (6, 3.6)):
         for s in range(3):
-            rows.append({"name": f"d{d}s{s}", "depth": d, "seed": s, "init": "trained", "heldout_nll": nll + 0.01 * s,
-                         "acc": 0.5})
+            rows.append({"name": f"d{d}s{s}", "depth": d, "width": 64, "lr": 3e-3, "steps": 256, "seed": s,
+                         "heldout_nll": nll + 0.005 * rng.standard_normal()})
     r = regime(pd.DataFrame(rows))
+    # 2 and 4 are within noise of each other: one of them is kept, with 1 and 6
     assert r["improves"] is False and "gets worse with depth" in r["sentence"] and r["kept"] == [1, 2, 6]
+    assert "Holm" in r["sentence"]
     good = pd.DataFrame([{**x, "heldout_nll": 5 - x["heldout_nll"]} for x in rows])
     assert regime(good)["improves"] is True
     assert "No depth family" in regime(None)["sentence"]
+    one_seed = pd.DataFrame([x for x in rows if x["seed"] == 0])
+    assert regime(one_seed)["kept"] == [] and "cannot be estimated" in regime(one_seed)["sentence"]
 
 
 def test_held_out_peak_on_binary_accuracy_is_calibrated_and_the_same_data_peak_is_not():

@@ -106,7 +106,7 @@ def test_every_chapter_filter_selects_members(profile):
 
 
 def test_seed_resolved_pairs_on_the_trained_family(fam):
-    from layerlab.training.family import seed_resolved_pairs
+    from layerlab.training.regime import seed_resolved_pairs
 
     pairs = seed_resolved_pairs(fam)
     depth = pairs[pairs.axis == "depth"]

@@ -36,11 +36,12 @@ def test_regime_table_and_sentences_when_loss_falls_with_depth_and_width():
     t = _table((2.0, 1.9, 1.8, 1.7))
     tab = fp.regime_table(t)
     assert list(tab["step"]) == ["depth 1 → 2", "depth 2 → 4", "depth 4 → 8", "width 32 → 64", "width 64 → 128"]
-    assert (tab["exceeds seed noise"] == "yes").all() and (tab["ΔNLL"] < 0).all()
+    assert (tab["exceeds seed noise"] == "yes").all() and (tab["ΔNLL"].astype(float) < 0).all()
+    assert tab["ΔNLL"].str.match(r"^-\d\.\d{3}$").all()  # signed, 3 decimals (not -0.035000)
     text = fp.scaling_sentences(t)
     assert "falls with depth at every step" in text and "falls with width at every step" in text
     assert "3 of the 3 adjacent depth steps exceed seed noise" in text
-    assert "the values that stay separated are 1, 2, 4, 8" in text and "1 vs 8" in text
+    assert "separated pairwise (what a family claim may use) is 1, 2, 4, 8" in text and "1 vs 8" in text
 
 
 def test_sentences_when_loss_is_not_monotone_or_rises():

@@ -1,5 +1,5 @@
 """Which held-out loss differences of the trained family exceed seed noise
-(:func:`layerlab.training.family.seed_resolved_pairs`, :func:`resolved_chain`), on synthetic tables."""
+(:func:`layerlab.training.regime.seed_resolved_pairs`, :func:`separated`), on synthetic tables."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from layerlab.training.family import resolved_chain, seed_resolved_pairs
+from layerlab.training.regime import seed_resolved_pairs, separated
 
 
 def _table(means: dict[tuple, float], seeds=(0, 1, 2), noise: float = 0.01, seed: int = 0,
@@ -32,21 +32,23 @@ def test_differences_far_above_seed_noise_are_resolved():
     assert len(depth) == 6  # all pairs of 4 depths
     assert depth.resolved.all() and (depth["diff"] < 0).all() and (depth["high"] < 0).all()
     assert (depth["n"] == 3).all() and (depth["p_holm"] >= depth["p"]).all()
-    assert resolved_chain(pairs, "depth") == ["d1-w64-lr0.003-t100", "d2-w64-lr0.003-t100",
-                                              "d4-w64-lr0.003-t100", "d8-w64-lr0.003-t100"]
+    assert separated(pairs, "depth", "w64-lr0.003-t100") == [1, 2, 4, 8]
 
 
 def test_differences_below_seed_noise_are_not_resolved():
     flat = {k: 2.0 + 0.001 * i for i, k in enumerate(DEPTHS)}  # steps of 0.001 nats, noise 0.05
     pairs = seed_resolved_pairs(_table(flat, noise=0.05))
     assert not pairs.resolved.any()
-    assert resolved_chain(pairs, "depth") == ["d1-w64-lr0.003-t100"]  # nothing separates from the first
+    assert separated(pairs, "depth", "w64-lr0.003-t100") == [1]  # no pair separates: one depth, no order
 
 
-def test_chain_keeps_only_members_separated_from_the_last_kept_one():
+def test_separated_is_the_largest_pairwise_resolved_set():
     means = {(1, 64): 2.0, (2, 64): 2.0, (4, 64): 1.5, (8, 64): 1.5}  # two plateaus
     pairs = seed_resolved_pairs(_table(means, noise=0.002))
-    assert resolved_chain(pairs, "depth") == ["d1-w64-lr0.003-t100", "d4-w64-lr0.003-t100"]
+    assert separated(pairs, "depth", "w64-lr0.003-t100") == [1, 8]  # one per plateau, the widest span
+    steps = {(1, 64): 2.0, (2, 64): 2.0, (4, 64): 1.5, (8, 64): 1.0}
+    pairs = seed_resolved_pairs(_table(steps, noise=0.002))
+    assert separated(pairs, "depth", "w64-lr0.003-t100") == [1, 4, 8]  # a greedy walk could not do better
 
 
 def test_pairing_over_seeds_removes_a_shared_seed_effect():
@@ -67,7 +69,7 @@ def test_single_seed_configurations_are_untestable_and_sweeps_are_per_axis():
     assert (single["n"] == 1).all() and single["p"].isna().all() and not single.resolved.any()
     assert single.reason.str.contains("shared seed").all()
     assert set(pairs.axis) == {"depth", "width"}  # lr and steps do not vary
-    assert resolved_chain(pairs, "lr") == []
+    assert separated(pairs, "lr", "d4-w64-t100") == []
 
 
 def test_bad_input_is_a_clear_error():

@@ -12,7 +12,8 @@ API (stable)::
         model0, _ = m.load(random_init=True)   # the random-init twin (== checkpoint 0)
     fam.select(width=64, seed=0)       # members matching all filters
     fam.table()                        # pandas DataFrame, one row per member
-    seed_resolved_pairs(fam)           # which loss differences exceed seed noise (restrict claims to them)
+    # reading it (which loss differences exceed seed noise, which members a claim may use):
+    # layerlab.training.regime.seed_resolved_pairs(fam), family_regime(fam.table())
 
 Protocol [reconstructed]: one tokenizer per profile trained on the ``train`` split
 (:mod:`layerlab.data.tokenizer`; for ``smoke`` and ``cpu`` 257 ids, i.e. byte-level: 256 bytes and
@@ -93,7 +94,7 @@ _SMOKE = _grid((1, 2, 3), (32,), (3e-3,), (0,), (8,)) + _grid((2,), (32,), (3e-3
 # with a 64-step warm-up. At the former 2,048-token BPE and 256 steps the held-out NLL rose with depth
 # (the embedding and unembedding were most of every member's parameters, and deeper members were
 # under-trained); here it falls with depth and with width. Every sweep point has 3 seeds, so its
-# differences can be tested against seed noise (:func:`seed_resolved_pairs`); fewer depths than
+# differences can be tested against seed noise (:func:`layerlab.training.regime.seed_resolved_pairs`); fewer depths than
 # before pay for the 4x longer schedule.
 _CPU = (
     _grid((1, 2, 4, 8, 12), (64,), (3e-3,), (0, 1, 2), (1024,))  # depth at matched tokens
@@ -192,104 +193,9 @@ class Family(list):
         return _windows(self.tokenizer, "validation", self.preset)
 
 
-# ----------------------------------------------------------------------------- the regime
+# ----------------------------------------------------------------------------- configurations
 CONFIG = ("depth", "width", "lr", "steps")
 """The fields that define a configuration; members of one configuration differ only in ``seed``."""
-
-
-def seed_resolved_pairs(source, *, alpha: float = 0.05):
-    """Which held-out loss differences of the family exceed seed noise.
-
-    ``source``: a :class:`Family` or a table with columns ``depth, width, lr, steps, seed,
-    heldout_nll`` (``Family.table()``). Returns one row per compared pair of configurations.
-
-    Rule (stated so that a chapter can restrict a family-based claim to what the family resolves):
-
-    * a *sweep* along an axis of :data:`CONFIG` (depth, width, lr, steps) is a set of >= 2
-      configurations that agree on every other field; every pair of configurations inside a sweep is
-      compared (``axis``, ``a`` < ``b`` along the axis);
-    * the unit is the seed, paired: the same seed means the same batch order, and every member is
-      scored on the same validation windows, so per seed ``diff = NLL(b) - NLL(a)`` (nats; < 0: b is
-      better), over the ``n`` seeds that both configurations have;
-    * ``low``/``high``: the 95% Student-t interval of the mean difference; ``p``: the two-sided paired
-      t-test (n - 1 degrees of freedom; with 3 seeds an exact sign-flip test could never reach
-      p < 0.25, a t-test can); ``p_holm``: Holm's step-down adjustment over every tested pair of the
-      family (Holm 1979); ``resolved``: ``p_holm < alpha``;
-    * a pair with fewer than 2 shared seeds (or zero seed variance and no difference) is untestable:
-      ``p`` NaN, ``resolved`` False, ``reason`` says why.
-
-    Columns: axis, sweep (the fixed fields), a, b (the axis values), name_a, name_b (configuration
-    labels), n, diff, low,
-    high, p, p_holm, resolved, reason. The family-wise rate of falsely resolved pairs is at most
-    ``alpha`` under Gaussian seed noise (tested by simulation in ``tests/test_family_regime.py``).
-    """
-    import math
-
-    import numpy as np
-    import pandas as pd
-    from scipy import stats
-
-    from layerlab.report.inference import holm
-
-    t = source.table() if isinstance(source, Family) else pd.DataFrame(source)
-    missing = {*CONFIG, "seed", "heldout_nll"} - set(t.columns)
-    if missing:
-        raise ValueError(f"seed_resolved_pairs needs columns {sorted(missing)} (a Family or Family.table())")
-    by_cfg = {cfg: g.set_index("seed")["heldout_nll"] for cfg, g in t.groupby(list(CONFIG))}
-    rows = []
-    for i, axis in enumerate(CONFIG):
-        sweeps: dict[tuple, list[tuple]] = {}
-        for cfg in by_cfg:
-            sweeps.setdefault(cfg[:i] + cfg[i + 1:], []).append(cfg)
-        for cfgs in sweeps.values():
-            cfgs = sorted(cfgs, key=lambda c: c[i])
-            for j, ca in enumerate(cfgs):
-                for cb in cfgs[j + 1:]:
-                    a, b = by_cfg[ca], by_cfg[cb]
-                    d = (b - a.reindex(b.index)).dropna().to_numpy(dtype=float)  # [n] per shared seed
-                    row = {"axis": axis, "sweep": config_label(ca, skip=i), "a": ca[i], "b": cb[i],
-                           "name_a": config_label(ca), "name_b": config_label(cb),
-                           "n": d.size, "diff": float(d.mean()) if d.size else math.nan,
-                           "low": math.nan, "high": math.nan, "p": math.nan, "reason": ""}
-                    sd = float(d.std(ddof=1)) if d.size >= 2 else math.nan
-                    if d.size < 2:
-                        row["reason"] = f"{d.size} shared seed(s): no seed noise to compare with"
-                    elif sd == 0 and d.mean() == 0:
-                        row["reason"] = "identical losses"
-                    else:
-                        half = stats.t.ppf(0.975, d.size - 1) * sd / math.sqrt(d.size)
-                        tt = d.mean() / (sd / math.sqrt(d.size)) if sd > 0 else math.copysign(math.inf, d.mean())
-                        row |= {"low": row["diff"] - half, "high": row["diff"] + half,
-                                "p": float(2 * stats.t.sf(abs(tt), d.size - 1))}
-                    rows.append(row)
-    cols = ["axis", "sweep", "a", "b", "name_a", "name_b", "n", "diff", "low", "high", "p", "p_holm", "resolved"]
-    out = pd.DataFrame(rows, columns=[*cols[:-2], "reason"])
-    tested = out["p"].notna().to_numpy()
-    out["p_holm"] = np.nan
-    if tested.any():
-        out.loc[tested, "p_holm"] = holm(out.loc[tested, "p"].to_numpy())
-    out["resolved"] = (out["p_holm"] < alpha).fillna(False).astype(bool)
-    return out[[*cols, "reason"]]
-
-
-def resolved_chain(pairs, axis: str) -> list[str]:
-    """Configurations of the sweep along ``axis`` whose successive losses differ beyond seed noise:
-    walking the axis upwards from its smallest value, keep a configuration iff its pair with the last
-    kept one is ``resolved`` in ``pairs`` (:func:`seed_resolved_pairs`). One list per sweep would be
-    ambiguous, so this takes the sweep with the most configurations along ``axis`` (ties: the first
-    by label); returns its configuration labels (``d4-w64-lr0.003-t1024``), [] when there is none."""
-    sub = pairs[pairs["axis"] == axis]
-    if sub.empty:
-        return []
-    sweep = sub.groupby("sweep").size().idxmax()  # the sweep with the most pairs (= configurations)
-    sub = sub[sub["sweep"] == sweep]
-    names = dict(zip(sub["a"], sub["name_a"])) | dict(zip(sub["b"], sub["name_b"]))
-    resolved = {(r.name_a, r.name_b) for r in sub.itertuples() if r.resolved}
-    chain: list[str] = []
-    for value in sorted(names):
-        if not chain or (chain[-1], names[value]) in resolved:
-            chain.append(names[value])
-    return chain
 
 
 def config_label(cfg: tuple, skip: int | None = None) -> str:
@@ -438,6 +344,8 @@ def main(argv: list[str] | None = None) -> None:
     print(fam.table().to_string())
     print(f"{len(fam)} members; elapsed {time.perf_counter() - t0:.0f} s; "
           f"summed member training time {fam.train_seconds:.0f} s wall, {fam.train_cpu_seconds:.0f} s CPU")
+    from layerlab.training.regime import seed_resolved_pairs
+
     print(seed_resolved_pairs(fam).to_string())
 
 

@@ -122,7 +122,7 @@ def _c3(tokens: dict, ks) -> list[Claim]:
 def regime_note(reg: dict) -> str:
     """The regime sentence and the member rule every family claim carries."""
     return (f"regime: {reg['regime']}; members tested: depths {', '.join(map(str, reg['kept'])) or 'none'} of the "
-            "depth sweep (depths whose seed-mean held-out NLL differ by > 2 SE of seed noise)")
+            f"depth sweep ({reg['rule']})")
 
 
 def _c4(reg: dict, fks) -> Claim:

@@ -214,7 +214,7 @@ def _compute(P: CouplingPreset, model: torch.nn.Module, tok: Any, prompts: list[
     reg = cs.family_regime(fam)
     numbers.update({"fam_rho": float(fc["spearman"]), "fam_r2": float(fc["R2"]), "fam_n": int(fc["n"]),
                     "fam_steps": int(fam["steps"].max()), "inc_gain": float(inc["gain"]),
-                    "fam_regime": reg["regime"], "fam_sigma": float(reg["sigma"]),
+                    "fam_regime": reg["regime"], "fam_rule": reg["rule"], "fam_tested": reg["n_tested"],
                     "fam_kept": ", ".join(str(d) for d in reg["kept"]) or "none"})
     ck = cm.checkpoint_table(P.family_profile, P.checkpoint_filter, P.family_prompts, P.family_max_tokens,
                              P.family_ks)

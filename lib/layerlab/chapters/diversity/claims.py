@@ -181,7 +181,7 @@ def _d9(result: DiversityResult) -> Claim:
 
 
 def _d10(result: DiversityResult) -> Claim:
-    reg = regime(result.family)
+    reg = regime(getattr(result, "family_members", None))
     note = "truncation: drop of accuracy from the peak depth (chosen on one half of the examples) to full depth, " \
            "on the other half. Depth family: " + reg["sentence"]
     fam = result.family

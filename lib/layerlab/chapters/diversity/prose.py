@@ -43,7 +43,7 @@ def lm_sentence(r: DiversityResult) -> str:
 def twins_sentence(r: DiversityResult) -> str:
     """Trained family members vs their random-init twins on head accuracy, and the regime."""
     fam = r.family
-    reg = regime(fam)["sentence"]
+    reg = regime(r.family_members)["sentence"]
     if fam is None or not len(fam):
         return reg
     w = fam.pivot_table(index="name", columns="init", values="acc")
@@ -92,4 +92,4 @@ def change_mind(rows: list[Claim]) -> str:
 def sentences(r: DiversityResult, rows: list[Claim]) -> dict[str, str]:
     """Every generated sentence of the page, for ``glue_values("div_text", ...)``."""
     return {"members": members_sentence(r), "lm": lm_sentence(r), "twins": twins_sentence(r),
-            "regime": regime(r.family)["sentence"], "closing": closing(rows), "change_mind": change_mind(rows)}
+            "regime": regime(r.family_members)["sentence"], "closing": closing(rows), "change_mind": change_mind(rows)}

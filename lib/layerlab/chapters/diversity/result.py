@@ -26,7 +26,9 @@ class DiversityResult:
     headline: the task whose numbers fill the claim table's "ours" column (the preset's first task);
     lm: the T-LM sweep (:func:`~layerlab.chapters.diversity.run.run_lm`); random_init: the random-init
     null (:func:`~layerlab.chapters.diversity.run.run_random_init`); family: the depth family's rows
-    (:func:`~layerlab.chapters.diversity.run.run_family`), None when there is none.
+    (:func:`~layerlab.chapters.diversity.run.run_family`), None when there is none; family_members: the
+    whole family's table (:func:`~layerlab.chapters.diversity.run.family_members`), from which its regime
+    and the depths a comparison may use are read (:mod:`~layerlab.chapters.diversity.regime`).
     """
 
     tasks: dict[str, dict]
@@ -35,6 +37,7 @@ class DiversityResult:
     random_init: dict
     family: pd.DataFrame | None
     provenance: Provenance
+    family_members: pd.DataFrame | None = None
 
     # ------------------------------------------------------------------ tables
     def accuracy_table(self) -> pd.DataFrame:

@@ -168,6 +168,13 @@ def run_random_init(preset: DiversityPreset) -> dict:
     }
 
 
+def family_members(fam) -> pd.DataFrame:
+    """One row per member of the trained family ``fam``: name, depth, width, lr, steps, seed and held-out
+    NLL (what :func:`layerlab.training.regime.family_regime` reads)."""
+    return pd.DataFrame([{"name": m.name, "depth": m.depth, "width": m.width, "lr": m.lr, "steps": m.steps,
+                          "seed": m.seed, "heldout_nll": m.heldout_nll} for m in fam])
+
+
 def run_family(preset: DiversityPreset, *, train_missing: bool = True) -> pd.DataFrame | None:
     """Performance vs depth across the depth-varied trained family (spec 3.7, meaning 3) and its
     random-init copies: linear-head accuracy, MSE, Bias, Div and CE on ``family_task`` at full depth.
@@ -175,17 +182,15 @@ def run_family(preset: DiversityPreset, *, train_missing: bool = True) -> pd.Dat
     if preset.family_profile is None:
         return None
     from layerlab.training.family import get_family
+    from layerlab.training.regime import depth_sweep
 
     try:
         fam = get_family(preset.family_profile, train_missing=train_missing)
     except FileNotFoundError:
         return None
-    # the depth sweep: the (width, lr) group with the most distinct depths (matched tokens and seeds)
-    groups: dict[tuple, set] = {}
-    for m in fam:
-        groups.setdefault((m.width, m.lr), set()).add(m.depth)
-    width, lr = max(groups, key=lambda g: len(groups[g]))
-    members = [m for m in fam if m.width == width and m.lr == lr]
+    # the depth sweep, by the family-wide rule (the setting with the most depths; ties: most seeds)
+    sweep = depth_sweep(family_members(fam))
+    members = [m for m in fam if m.name in set(sweep["name"])]
     task = _load_task(preset.family_task, preset, preset.family_examples)
     rows = []
     for member in members:
@@ -220,6 +225,11 @@ def _compute(preset: DiversityPreset, train_family: bool) -> DiversityResult:
     null = run_random_init(preset)  # the notebook's order before the move (tasks, null, T-LM, family)
     lm = run_lm(model, tok, preset, tag=tag)
     family = run_family(preset, train_missing=train_family)
+    members = None
+    if family is not None:
+        from layerlab.training.family import get_family
+
+        members = family_members(get_family(preset.family_profile, train_missing=False))
     tokens = fingerprint({n: r["tokens"] for n, r in results.items()}, lm["tokens"])
     return DiversityResult(
         tasks=results,
@@ -227,6 +237,7 @@ def _compute(preset: DiversityPreset, train_family: bool) -> DiversityResult:
         lm=lm,
         random_init=null,
         family=family,
+        family_members=members,
         provenance=provenance("diversity", preset, model=preset.model_label, tokens=tokens, seed=preset.seed),
     )
 

@@ -3,7 +3,7 @@ held-out NLL against depth and width with seed bands, and which member differenc
 
 Every function takes the family's table (``GrowthResult.family`` or
 :meth:`layerlab.training.family.Family.table`: one row per member with ``depth, width, lr, steps, seed,
-heldout_nll``). The noise rule is :func:`layerlab.training.family.seed_resolved_pairs` (per-seed paired
+heldout_nll``). The noise rule is :func:`layerlab.training.regime.seed_resolved_pairs` (per-seed paired
 differences, Student-t, Holm over every compared pair of the family); the band of a configuration is
 the 95% Student-t interval of its mean over seeds (3 seeds: never a percentile bootstrap).
 """
@@ -15,7 +15,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from layerlab.training.family import CONFIG, config_label, resolved_chain, seed_resolved_pairs
+from layerlab.training.family import CONFIG, config_label
+from layerlab.training.regime import seed_resolved_pairs, separated
 
 __all__ = ["AXES", "fig_scaling", "main_sweep", "regime_table", "scaling_numbers", "scaling_sentences",
            "section_values", "show_regime"]
@@ -26,7 +27,7 @@ AXES = ("depth", "width")
 
 def main_sweep(table: pd.DataFrame, axis: str) -> pd.DataFrame:
     """Per configuration of the sweep along ``axis`` with the most configurations (the others fixed):
-    the axis value, fixed fields, ``label`` (as in :func:`~layerlab.training.family.resolved_chain`),
+    the axis value, fixed fields, ``label`` (as in :func:`~layerlab.training.family.config_label`),
     ``sweep`` (the fixed fields' label), seeds ``n``, mean held-out NLL and its 95% t-interval over seeds
     (NaN with one seed), sorted along the axis; empty when no sweep varies ``axis``."""
     from scipy import stats
@@ -92,7 +93,7 @@ def regime_table(table: pd.DataFrame, axes: tuple[str, ...] = AXES, digits: int 
             r = pairs[(pairs.axis == axis) & (pairs.sweep == s["sweep"].iloc[0]) & (pairs.a == a) & (pairs.b == b)]
             r = r.iloc[0]
             ci = "n/a" if math.isnan(r["low"]) else f"[{r['low']:+.{digits}f}, {r['high']:+.{digits}f}]"
-            rows.append({"step": f"{axis} {a} → {b}", "seeds": int(r["n"]), "ΔNLL": round(r["diff"], digits),
+            rows.append({"step": f"{axis} {a} → {b}", "seeds": int(r["n"]), "ΔNLL": f"{r['diff']:+.{digits}f}",
                          "95% CI": ci, "Holm p": "n/a" if math.isnan(r["p_holm"]) else f"{r['p_holm']:.3g}",
                          "exceeds seed noise": "yes" if r["resolved"] else "no"})
     return pd.DataFrame(rows)
@@ -138,8 +139,8 @@ def _trend_sentence(s: pd.DataFrame, axis: str) -> str:
 def scaling_sentences(table: pd.DataFrame, axes: tuple[str, ...] = AXES) -> str:
     """The section's reading, generated from the table: for each axis, the trend (one sentence per
     outcome: falls at every step / lower at the end but not monotone / does not fall), then how many
-    adjacent steps exceed seed noise and which configurations stay separated beyond it
-    (:func:`layerlab.training.family.resolved_chain`)."""
+    adjacent steps exceed seed noise and the largest set of configurations separated pairwise beyond it
+    (:func:`layerlab.training.regime.separated`, the set other chapters' family claims may use)."""
     pairs = seed_resolved_pairs(table)
     tested = int(pairs["p"].notna().sum())
     out = []
@@ -150,15 +151,15 @@ def scaling_sentences(table: pd.DataFrame, axes: tuple[str, ...] = AXES) -> str:
             continue
         steps = regime_table(table, (axis,))
         k, n = int((steps["exceeds seed noise"] == "yes").sum()), len(steps)
-        chain = set(resolved_chain(pairs, axis))
-        kept = [str(v) for v, lab in zip(s[axis], s["label"]) if lab in chain]
+        kept = [f"{v:g}" for v in separated(pairs, axis, s["sweep"].iloc[0])]
         if tested == 0:
             out.append(f"No {axis} step can be tested against seed noise (fewer than 2 shared seeds).")
             continue
         res = pairs[(pairs.axis == axis) & (pairs.sweep == s["sweep"].iloc[0]) & pairs.resolved]
         sep = (f"pairs of {axis} values separated beyond seed noise: "
                + ", ".join(f"{a:g} vs {b:g}" for a, b in zip(res["a"], res["b"]))
-               + (f"; walking up the sweep, the values that stay separated are {', '.join(kept)}" if len(kept) >= 2
+               + (f"; the largest set of {axis} values separated pairwise (what a family claim may use) is "
+                  f"{', '.join(kept)}" if len(kept) >= 2
                   else "") if len(res) else f"no two {axis} values are separated beyond seed noise")
         out.append(f"{k} of the {n} adjacent {axis} steps exceed seed noise (paired over seeds, Holm over all "
                    f"{tested} tested pair{'s' if tested != 1 else ''} at 5%); {sep}.")
