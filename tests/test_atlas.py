@@ -159,7 +159,8 @@ def test_agreement_can_reach_significance_after_holm_over_all_pairs():
     so two lenses that rank 30 layers identically agree, and independent noise does not."""
     import pandas as pd
 
-    from layerlab.chapters.atlas.analysis import LENSES, agreement, permutations_for_holm
+    from layerlab.chapters.atlas.analysis import LENSES, agreement
+    from layerlab.report.inference import permutations_for_holm
 
     assert permutations_for_holm(2000, 171) * 0.025 >= 2 * 171 and permutations_for_holm(50_000, 3) == 50_000
     rng = np.random.default_rng(0)

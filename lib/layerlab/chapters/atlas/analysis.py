@@ -12,7 +12,7 @@ import pandas as pd
 
 from layerlab.metrics import ablation
 from layerlab.metrics.infotheory import marginal_gains
-from layerlab.report.inference import Evidence, correlation, holm
+from layerlab.report.inference import Evidence, correlation, holm, permutations_for_holm
 from layerlab.report.stats import bootstrap_ci
 
 __all__ = ["LENSES", "agreement", "layer_table", "tiers"]
@@ -96,14 +96,6 @@ def _usable(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
         return np.zeros_like(ok)
     return ok
-
-
-def permutations_for_holm(n_perm: int, m: int, alpha: float = 0.05) -> int:
-    """Random permutations a family of ``m`` one-sided tests at level ``alpha / 2`` needs so that its
-    smallest Holm-adjusted p, ``m / (n_perm + 1)``, can reach half that level: ``max(n_perm, 4m / alpha)``.
-    With fewer, no pair can ever be significant (171 pairs at 2,000 permutations: the smallest adjusted
-    p is 0.085 > 0.025), and the rule has no power by construction."""
-    return max(int(n_perm), math.ceil(4 * max(m, 1) / alpha))
 
 
 def agreement(w: pd.DataFrame, *, n_boot: int, n_perm: int, seed: int, alpha: float = 0.05) -> pd.DataFrame:

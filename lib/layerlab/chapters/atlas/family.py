@@ -26,10 +26,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from layerlab.chapters.atlas.analysis import permutations_for_holm
 from layerlab.chapters.atlas.presets import AtlasPreset
 from layerlab.chapters.atlas.run import AtlasResult, run
-from layerlab.report.inference import holm, mean_effect, paired_difference
+from layerlab.report.inference import holm, mean_effect, paired_difference, permutations_for_holm
 
 __all__ = ["FamilyAtlas", "compare", "family_members", "run_family", "run_models"]
 
