@@ -204,6 +204,11 @@ def test_every_chapter_reads_the_family_by_one_rule():
     assert reg["kept"] == separated(pairs, "depth", label)
     div = regime(table)
     assert div["kept"] == (reg["kept"] if len(reg["kept"]) >= 2 else [])
+    # a chapter that measured only depth >= 2 (coupling) still adjusts over the whole family's pairs
+    sub = table[table.depth >= 2]
+    mine = family_regime(table, rows=sub)
+    assert mine["kept"] == reg["kept"] and mine["n_tested"] == reg["n_tested"] == int(pairs["p"].notna().sum())
+    assert set(mine["qualified"]["depth"]) <= set(reg["kept"]) - {1}
     text = fp.scaling_sentences(table)
     if len(reg["kept"]) >= 2:
         assert f"separated pairwise (what a family claim may use) is {', '.join(map(str, reg['kept']))}" in text
@@ -349,3 +354,13 @@ def test_depth_sweep_is_the_arm_with_most_depths_not_a_side_arm_with_as_many_see
     assert sorted(set(depth_sweep(fam).depth)) == [1, 2, 4, 8] and set(depth_sweep(fam).width) == {64}
     reg = family_regime(fam)
     assert reg["ok"] and reg["kept"] == [1, 2, 4, 8] and "improves with depth" in reg["regime"]
+
+
+def test_family_regime_needs_the_separated_depths_among_the_measured_members():
+    rows = [{"depth": d, "width": 64, "lr": 3e-3, "steps": 256, "seed": s, "heldout_nll": 5 - 0.1 * d + 0.001 * s}
+            for d in (1, 2, 4) for s in range(3)]
+    table = pd.DataFrame(rows)
+    assert family_regime(table)["ok"] and family_regime(table)["kept"] == [1, 2, 4]
+    reg = family_regime(table, rows=table[table.depth >= 2])
+    assert not reg["ok"] and "only 2 are among the members this chapter measured" in reg["reason"]
+    assert sorted(set(reg["qualified"]["depth"])) == [2, 4] and all(isinstance(d, int) for d in reg["kept"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from layerlab.training.family import CONFIG, Family, config_label
 
-__all__ = ["REGIME_RULE", "depth_sweep", "family_regime", "seed_resolved_pairs", "separated"]
+__all__ = ["REGIME_RULE", "depth_sweep", "family_regime", "members_table", "seed_resolved_pairs", "separated"]
 
 
 def seed_resolved_pairs(source, *, alpha: float = 0.05):
@@ -126,7 +126,16 @@ REGIME_RULE = ("depths whose held-out NLL differ pairwise beyond seed noise: pai
 """The member rule of every family-based claim, as the chapters print it."""
 
 
-def family_regime(table, *, alpha: float = 0.05, min_configs: int = 3) -> dict:
+def members_table(fam: Family):
+    """One row per member of ``fam``: name, depth, width, lr, steps, seed and held-out NLL (what the
+    rules here read; :meth:`Family.table` without building every model to count its parameters)."""
+    import pandas as pd
+
+    return pd.DataFrame([{"name": m.name, "depth": m.depth, "width": m.width, "lr": m.lr, "steps": m.steps,
+                          "seed": m.seed, "heldout_nll": m.heldout_nll} for m in fam])
+
+
+def family_regime(table, *, rows=None, alpha: float = 0.05, min_configs: int = 3) -> dict:
     """Which members of the depth sweep may enter a family claim, and the regime they are in.
 
     One rule for every chapter that reads the family (coupling C4/C5, diversity D10, the growth
@@ -137,7 +146,10 @@ def family_regime(table, *, alpha: float = 0.05, min_configs: int = 3) -> dict:
     means the family cannot test a claim: ``ok`` False with the reason.
 
     ``table``: one row per member with the columns of :data:`CONFIG`, ``seed`` and ``heldout_nll``
-    (:meth:`Family.table`). Returns {"ok", "reason", "sweep" (the depth-sweep rows), "qualified" (their
+    (:meth:`Family.table`, :func:`members_table`): the **whole** family, so that every chapter adjusts over
+    the same pairs. ``rows``: a chapter's own per-member rows (e.g. with its measurements; the members
+    it measured, a subset of ``table``), from which ``sweep`` and ``qualified`` are taken (default:
+    ``table``). Returns {"ok", "reason", "sweep" (the depth-sweep rows), "qualified" (their
     rows at the kept depths), "kept", "n_seeds", "n_tested" (pairs tested in the family), "rho_depth"
     (Spearman of the seed-mean NLL with depth), "means" ({depth: seed-mean NLL}), "regime" (a
     sentence), "rule" (:data:`REGIME_RULE`)}."""
@@ -146,11 +158,18 @@ def family_regime(table, *, alpha: float = 0.05, min_configs: int = 3) -> dict:
 
     table = pd.DataFrame(table)
     sw = depth_sweep(table) if len(table) else table
-    out: dict = {"ok": False, "reason": "the family has no depth sweep", "sweep": sw, "qualified": sw.iloc[0:0],
-                 "kept": [], "n_seeds": 0, "n_tested": 0, "rho_depth": float("nan"), "means": {},
+    own = table if rows is None else pd.DataFrame(rows)
+    out: dict = {"ok": False, "reason": "the family has no depth sweep", "sweep": own.iloc[0:0],
+                 "qualified": own.iloc[0:0], "kept": [], "n_seeds": 0, "n_tested": 0, "rho_depth": float("nan"),
+                 "means": {},
                  "regime": "the family has no depth sweep", "rule": REGIME_RULE}
     if sw.empty:
         return out
+    r0 = sw.iloc[0]
+    mine = own
+    for col in ("width", "lr", "steps"):
+        mine = mine[mine[col] == r0[col]]
+    out["sweep"] = mine
     sw = sw[np.isfinite(sw["heldout_nll"].to_numpy(dtype=float))]
     means = sw.groupby("depth")["heldout_nll"].mean()
     out["means"] = {int(d): float(m) for d, m in means.items()}
@@ -166,19 +185,24 @@ def family_regime(table, *, alpha: float = 0.05, min_configs: int = 3) -> dict:
                          f"{out['rho_depth']:.2f} over {len(means)} depths")
     pairs = seed_resolved_pairs(table, alpha=alpha)
     out["n_tested"] = int(pairs["p"].notna().sum())
-    r0 = sw.iloc[0]
     label = config_label((int(r0["depth"]), int(r0["width"]), float(r0["lr"]), int(r0["steps"])), skip=0)
     if not (pairs["p"].notna() & (pairs["axis"] == "depth") & (pairs["sweep"] == label)).any():
         out["reason"] = "no two depths share two seeds, so seed noise cannot be estimated"
         return out
-    kept = separated(pairs, "depth", label)
-    out["kept"] = [int(d) for d in kept]
-    out["qualified"] = sw[sw["depth"].isin(kept)]
+    kept = [int(d) for d in separated(pairs, "depth", label)]
+    out["kept"] = kept
+    out["qualified"] = mine[mine["depth"].isin(kept)]
+    measured = sorted(int(d) for d in set(out["qualified"]["depth"]))
     if len(kept) < min_configs:
         out["reason"] = (f"only {len(kept)} of {len(means)} depths ({', '.join(map(str, kept))}) differ pairwise "
                          f"in held-out NLL beyond seed noise (paired over {out['n_seeds']} seeds, Holm over the "
                          f"family's {out['n_tested']} tested pairs at {alpha:g}); a family claim needs "
                          f"{min_configs} such depths")
+        return out
+    if len(measured) < min_configs:
+        out["reason"] = (f"of the depths separated beyond seed noise ({', '.join(map(str, kept))}) only "
+                         f"{len(measured)} are among the members this chapter measured; a family claim needs "
+                         f"{min_configs}")
         return out
     out["ok"], out["reason"] = True, ""
     return out

@@ -35,7 +35,8 @@ def claims(result: CouplingResult) -> list[Claim]:
     ks = r.preset.ks
     fks = r.preset.family_ks
     out = [_c1(r.trained, ks, r.model_note), _c2(r.trained, r.init, ks), *_c3(r.tokens, ks)]
-    reg = family_regime(r.family)
+    members = getattr(r, "family_members", None)
+    reg = family_regime(r.family if members is None else members, rows=r.family)
     out += [_c4(reg, fks), _c5(reg, fks)]
     out += ct.training_claims(r, reg)
     return out

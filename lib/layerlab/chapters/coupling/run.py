@@ -103,6 +103,7 @@ class CouplingResult:
     pythia: pd.DataFrame | None = None
     numbers: dict[str, Any] = field(default_factory=dict)
     distance: dict[str, Tensor] = field(default_factory=dict)
+    family_members: pd.DataFrame | None = None  # the whole family (training.regime.members_table): its regime
 
     def speed_table(self) -> pd.Series:
         return pd.Series(self.speed)
@@ -211,7 +212,11 @@ def _compute(P: CouplingPreset, model: torch.nn.Module, tok: Any, prompts: list[
     fstats = cs.predictor_stats(fam, "heldout_nll", preds, seed=P.seed)  # descriptive (pooled members)
     fc = fstats.set_index("predictor").loc[f"excess:{fcol}"]
     inc = cs.incremental_r2(fam, "heldout_nll", ["final_train_loss"], [fcol], seed=P.seed)
-    reg = cs.family_regime(fam)
+    from layerlab.training.family import get_family
+    from layerlab.training.regime import members_table
+
+    members = members_table(get_family(P.family_profile, train_missing=False))
+    reg = cs.family_regime(members, rows=fam)
     numbers.update({"fam_rho": float(fc["spearman"]), "fam_r2": float(fc["R2"]), "fam_n": int(fc["n"]),
                     "fam_steps": int(fam["steps"].max()), "inc_gain": float(inc["gain"]),
                     "fam_regime": reg["regime"], "fam_rule": reg["rule"], "fam_tested": reg["n_tested"],
@@ -241,7 +246,8 @@ def _compute(P: CouplingPreset, model: torch.nn.Module, tok: Any, prompts: list[
         top_sv={"trained": [r["s_top"][:, 0] for r in trained["per_prompt"]],
                 "random init": [r["s_top"][:, 0] for r in init_runs[0]["per_prompt"]]},
         pca_coords=coords.cpu(), pca_ratio=ratio.cpu(), lss=lss, predictors=preds, family=fam,
-        family_stats=fstats, incremental=inc, checkpoints=ck, locality=loc, locality_mats=loc_mats,
+        family_members=members, family_stats=fstats, incremental=inc, checkpoints=ck, locality=loc,
+        locality_mats=loc_mats,
         locality_shown=shown, quant=qc, vit_rows=vit_rows, vit_skipped=vit_skipped, fig1a=fig1a,
         fig1a_stats=fig1a_stats, pythia=_pythia(P, K), numbers=numbers, distance=distance,
     )

@@ -27,7 +27,7 @@ class DiversityResult:
     lm: the T-LM sweep (:func:`~layerlab.chapters.diversity.run.run_lm`); random_init: the random-init
     null (:func:`~layerlab.chapters.diversity.run.run_random_init`); family: the depth family's rows
     (:func:`~layerlab.chapters.diversity.run.run_family`), None when there is none; family_members: the
-    whole family's table (:func:`~layerlab.chapters.diversity.run.family_members`), from which its regime
+    whole family's table (:func:`layerlab.training.regime.members_table`), from which its regime
     and the depths a comparison may use are read (:mod:`~layerlab.chapters.diversity.regime`).
     """
 

@@ -168,13 +168,6 @@ def run_random_init(preset: DiversityPreset) -> dict:
     }
 
 
-def family_members(fam) -> pd.DataFrame:
-    """One row per member of the trained family ``fam``: name, depth, width, lr, steps, seed and held-out
-    NLL (what :func:`layerlab.training.regime.family_regime` reads)."""
-    return pd.DataFrame([{"name": m.name, "depth": m.depth, "width": m.width, "lr": m.lr, "steps": m.steps,
-                          "seed": m.seed, "heldout_nll": m.heldout_nll} for m in fam])
-
-
 def run_family(preset: DiversityPreset, *, train_missing: bool = True) -> pd.DataFrame | None:
     """Performance vs depth across the depth-varied trained family (spec 3.7, meaning 3) and its
     random-init copies: linear-head accuracy, MSE, Bias, Div and CE on ``family_task`` at full depth.
@@ -182,14 +175,14 @@ def run_family(preset: DiversityPreset, *, train_missing: bool = True) -> pd.Dat
     if preset.family_profile is None:
         return None
     from layerlab.training.family import get_family
-    from layerlab.training.regime import depth_sweep
+    from layerlab.training.regime import depth_sweep, members_table
 
     try:
         fam = get_family(preset.family_profile, train_missing=train_missing)
     except FileNotFoundError:
         return None
     # the depth sweep, by the family-wide rule (the setting with the most depths; ties: most seeds)
-    sweep = depth_sweep(family_members(fam))
+    sweep = depth_sweep(members_table(fam))
     members = [m for m in fam if m.name in set(sweep["name"])]
     task = _load_task(preset.family_task, preset, preset.family_examples)
     rows = []
@@ -228,8 +221,9 @@ def _compute(preset: DiversityPreset, train_family: bool) -> DiversityResult:
     members = None
     if family is not None:
         from layerlab.training.family import get_family
+        from layerlab.training.regime import members_table
 
-        members = family_members(get_family(preset.family_profile, train_missing=False))
+        members = members_table(get_family(preset.family_profile, train_missing=False))
     tokens = fingerprint({n: r["tokens"] for n, r in results.items()}, lm["tokens"])
     return DiversityResult(
         tasks=results,
