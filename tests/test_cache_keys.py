@@ -42,3 +42,15 @@ def test_sources_include_the_computing_module(rel, line, value):
 def test_the_scan_finds_the_chapters_cached_results():
     found = {rel for rel, _, _ in _calls()}
     assert {"chapters/atlas/run.py", "chapters/coupling/members.py", "chapters/diversity/run.py"} <= found
+
+
+def test_the_trained_family_is_not_keyed_by_how_chapters_read_it():
+    """The family's members are cached under the source closure of ``training/family.py``. The rules
+    that read the family (``training/regime.py``) and the chapters must stay out of it, or every change
+    to a reading rule retrains 23 members (10 minutes on 2 cores) for identical weights."""
+    from layerlab.core.fingerprints import module_closure
+
+    closure = set(module_closure("layerlab.training.family"))
+    assert "layerlab.training.family" in closure
+    assert "layerlab.training.regime" not in closure
+    assert not [m for m in closure if m.startswith("layerlab.chapters")]

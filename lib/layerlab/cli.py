@@ -128,8 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         return fetch_main(rest)
     if cmd == "family":
         from layerlab.training.family import main as family_main
+        from layerlab.training.regime import seed_resolved_pairs  # not imported by family.py: reading the
+        # family must not be part of the source key of the trained members
 
-        family_main(rest)
+        print(seed_resolved_pairs(family_main(rest)).to_string())
         return 0
     if cmd == "doctor":
         from layerlab.doctor import main as doctor_main

@@ -331,8 +331,9 @@ def _train_member(preset, ms: MemberSpec, spec: ModelSpec, train_ids, val_ids, r
     })
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m layerlab family [smoke|cpu|gpu] [--workers N]``: train (or load) a family, print its table."""
+def main(argv: list[str] | None = None) -> Family:
+    """``python -m layerlab family [smoke|cpu|gpu] [--workers N]``: train (or load) a family, print its table;
+    returns the family (the CLI then prints which loss differences exceed seed noise)."""
     import argparse
 
     ap = argparse.ArgumentParser(description=main.__doc__)
@@ -344,9 +345,7 @@ def main(argv: list[str] | None = None) -> None:
     print(fam.table().to_string())
     print(f"{len(fam)} members; elapsed {time.perf_counter() - t0:.0f} s; "
           f"summed member training time {fam.train_seconds:.0f} s wall, {fam.train_cpu_seconds:.0f} s CPU")
-    from layerlab.training.regime import seed_resolved_pairs
-
-    print(seed_resolved_pairs(fam).to_string())
+    return fam
 
 
 if __name__ == "__main__":
