@@ -51,10 +51,11 @@ def regime(members: pd.DataFrame | None) -> dict:
         use = "one seed per depth, so seed noise cannot be estimated and no depth comparison is informative"
     elif len(kept) >= 2:
         use = (f"depth comparisons use only depths {kept}, whose held-out losses differ pairwise beyond seed noise "
-               f"({reg['rule']}; {reg['n_seeds']} seeds per depth, a spread of {spread:.3f} nats across depths)")
+               f"(paired over {reg['n_seeds']} seeds, Holm over the family's {reg['n_tested']} tested pairs at 5%: the "
+               f"rule of the growth chapter's scaling section; a spread of {spread:.3f} nats across depths)")
     else:
-        use = (f"no two depths differ beyond seed noise ({reg['rule']}; {reg['n_seeds']} seeds per depth), so no "
-               "depth comparison on this family is informative")
+        use = (f"no two depths differ beyond seed noise (paired over {reg['n_seeds']} seeds, Holm over the family's "
+               f"{reg['n_tested']} tested pairs at 5%), so no depth comparison on this family is informative")
         kept = []
     return {"sentence": f"At the family's training budget {shape}; {use}.", "kept": kept, "trend": trend,
             "n_seeds": reg["n_seeds"], "improves": improves, "best_depth": best, "n_tested": reg["n_tested"]}
