@@ -364,3 +364,13 @@ def test_family_regime_needs_the_separated_depths_among_the_measured_members():
     reg = family_regime(table, rows=table[table.depth >= 2])
     assert not reg["ok"] and "only 2 are among the members this chapter measured" in reg["reason"]
     assert sorted(set(reg["qualified"]["depth"])) == [2, 4] and all(isinstance(d, int) for d in reg["kept"])
+
+
+def test_a_missing_claim_reads_as_a_sentence_with_its_verdict():
+    """C4's reading glued into the family paragraph ran on into "C5, ..." (no verdict, no full stop)."""
+    from layerlab.chapters.coupling.prose import reading_sentence
+    from layerlab.report.verdicts import missing
+
+    c = missing(id="C4", claim="x", paper="p", tag="paper", reason="only 2 of 5 depths (2, 8) differ")
+    text = reading_sentence(c)
+    assert text == "inconclusive, because it cannot be tested on this run: only 2 of 5 depths (2, 8) differ."

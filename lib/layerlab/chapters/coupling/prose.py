@@ -77,6 +77,21 @@ def excess_table(r: Any) -> pd.DataFrame:
     return df
 
 
+def reading_sentence(c: Claim) -> str:
+    """The claim's reading as one sentence for the prose: its generated reading, or for a claim whose
+    inputs are missing its verdict and the reason (ending in a full stop, so that the next sentence of
+    the paragraph does not run on)."""
+    if c.reading:
+        text = c.reading
+    elif c.ours is None:
+        reason = (c.note or "its inputs are missing").removeprefix("not computed: ")
+        text = f"{c.verdict}, because it cannot be tested on this run: {reason}"
+    else:
+        text = c.note or f"ours {fmt(c.ours)}"
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
 def prose_glue(r: Any, rows: list[Claim]) -> dict[str, Any]:
     """Every generated sentence and claim reading as Markdown: ``coupling_ctr``, ``coupling_tokens``,
     ``coupling_lin``, ``reading_<id>`` per claim, ``coupling_key_findings``."""
@@ -87,8 +102,7 @@ def prose_glue(r: Any, rows: list[Claim]) -> dict[str, Any]:
                            "coupling_lin": Markdown(linearisation_sentence(n)),
                            "coupling_key_findings": Markdown(key_findings(rows))}
     for c in rows:
-        text = c.reading or c.note or f"ours {fmt(c.ours)}"
-        out[f"reading_{glue_id(c.id)}"] = Markdown(_plain(text))
+        out[f"reading_{glue_id(c.id)}"] = Markdown(_plain(reading_sentence(c)))
     return out
 
 
