@@ -41,6 +41,8 @@ PRINT_CSS = """
   th, td { overflow-wrap: break-word; hyphens: auto; }
   tr { break-inside: avoid; }
   h1, h2, h3 { break-after: avoid; }
+  details > summary { display: none !important; }
+  details, details * { opacity: 1 !important; animation: none !important; transition: none !important; }
   html, body { background: white !important; }
 }
 """
@@ -48,6 +50,8 @@ INJECT_JS = f"""
 (() => {{
   const s = document.createElement('style'); s.textContent = {PRINT_CSS!r}; document.head.appendChild(s);
   document.documentElement.dataset.theme = 'light'; document.documentElement.dataset.mode = 'light';
+  // a printed page has no toggles: outputs hidden behind "Show code cell outputs" (tables) are printed open
+  document.querySelectorAll('details').forEach(d => {{ d.open = true; }});
   const h = document.querySelector('main h1, article h1, h1');
   return (h ? h.innerText : document.title).replace(/[#¶]\\s*$/, '').trim();
 }})()

@@ -270,6 +270,20 @@ def test_pdf_of_the_smoke_book(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_pdf_prints_the_outputs_hidden_behind_toggles(tmp_path_factory):
+    """A printed page has no toggles: a table behind "Show code cell outputs" (the residual lens table)
+    is printed open, without the toggle's label. (That it prints at full opacity rather than mid-fade is
+    checked by eye on a rendered page; text extraction cannot see opacity.)"""
+    import re
+
+    from pypdf import PdfReader
+
+    text = " ".join(p.extract_text() for p in PdfReader(_smoke_pdf(tmp_path_factory)["pdf"]).pages)
+    assert "Show code cell" not in text and "Hide code cell" not in text
+    assert re.search(r"variant\s+frozen\s+recompute", text), "the residual lens table is not in the PDF"
+
+
+@pytest.mark.slow
 def test_pdf_tables_fit_the_sheet(tmp_path_factory):
     """No table is wider than the printed text column (it would be clipped, as the verdict column was)."""
     assert not _smoke_pdf(tmp_path_factory)["overflowing_tables"]
