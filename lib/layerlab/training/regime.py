@@ -107,18 +107,31 @@ def separated(pairs, axis: str, sweep: str) -> list:
     return values[:1]
 
 
+_SETTING = ("width", "lr", "steps")  # the fields a depth sweep holds fixed
+
+
+def _sweep_setting(table) -> tuple:
+    """The (width, lr, steps) setting with the most distinct depths, ties broken by the most seeds."""
+    import pandas as pd
+
+    g = table.groupby(list(_SETTING))
+    counts = pd.DataFrame({"depths": g["depth"].nunique(), "seeds": g["seed"].nunique()})
+    return counts.sort_values(["depths", "seeds"], ascending=False, kind="stable").index[0]
+
+
+def _in_setting(rows, setting: tuple):
+    """The rows of ``rows`` at ``setting`` (a (width, lr, steps) tuple)."""
+    keep = True
+    for col, value in zip(_SETTING, setting):
+        keep = keep & (rows[col] == value)
+    return rows[keep]
+
+
 def depth_sweep(table):
     """The family's depth sweep: the rows of ``table`` (columns of :data:`CONFIG`, ``seed``) that share
     the (width, lr, steps) setting with the most distinct depths, ties broken by the most seeds. A width
     or learning-rate side arm with as many seeds but one depth is never the sweep."""
-    if table.empty:
-        return table
-    g = table.groupby(["width", "lr", "steps"])
-    import pandas as pd
-
-    counts = pd.DataFrame({"depths": g["depth"].nunique(), "seeds": g["seed"].nunique()})
-    w, lr, st = counts.sort_values(["depths", "seeds"], ascending=False, kind="stable").index[0]
-    return table[(table["width"] == w) & (table["lr"] == lr) & (table["steps"] == st)]
+    return table if table.empty else _in_setting(table, _sweep_setting(table))
 
 
 REGIME_RULE = ("depths whose held-out NLL differ pairwise beyond seed noise: paired over seeds, Student-t, "
@@ -157,18 +170,15 @@ def family_regime(table, *, rows=None, alpha: float = 0.05, min_configs: int = 3
     import pandas as pd
 
     table = pd.DataFrame(table)
-    sw = depth_sweep(table) if len(table) else table
     own = table if rows is None else pd.DataFrame(rows)
     out: dict = {"ok": False, "reason": "the family has no depth sweep", "sweep": own.iloc[0:0],
                  "qualified": own.iloc[0:0], "kept": [], "n_seeds": 0, "n_tested": 0, "rho_depth": float("nan"),
                  "means": {},
                  "regime": "the family has no depth sweep", "rule": REGIME_RULE}
-    if sw.empty:
+    if table.empty:
         return out
-    r0 = sw.iloc[0]
-    mine = own
-    for col in ("width", "lr", "steps"):
-        mine = mine[mine[col] == r0[col]]
+    setting = _sweep_setting(table)
+    sw, mine = _in_setting(table, setting), _in_setting(own, setting)
     out["sweep"] = mine
     sw = sw[np.isfinite(sw["heldout_nll"].to_numpy(dtype=float))]
     means = sw.groupby("depth")["heldout_nll"].mean()
@@ -185,7 +195,7 @@ def family_regime(table, *, rows=None, alpha: float = 0.05, min_configs: int = 3
                          f"{out['rho_depth']:.2f} over {len(means)} depths")
     pairs = seed_resolved_pairs(table, alpha=alpha)
     out["n_tested"] = int(pairs["p"].notna().sum())
-    label = config_label((int(r0["depth"]), int(r0["width"]), float(r0["lr"]), int(r0["steps"])), skip=0)
+    label = config_label((0, *setting), skip=0)
     if not (pairs["p"].notna() & (pairs["axis"] == "depth") & (pairs["sweep"] == label)).any():
         out["reason"] = "no two depths share two seeds, so seed noise cannot be estimated"
         return out

@@ -104,12 +104,12 @@ def agreement(w: pd.DataFrame, *, n_boot: int, n_perm: int, seed: int, alpha: fl
     (agree: ρ > 0 significant after Holm; opposite: ρ < 0 significant; no evidence) and its sentence."""
     cols = list(w.columns)
     pairs = [(a, b) for i, a in enumerate(cols) for b in cols[i + 1:]]
-    n_perm = permutations_for_holm(n_perm, sum(_usable(w[a].to_numpy(float), w[b].to_numpy(float)).sum() >= 3
-                                               for a, b in pairs), alpha)
+    usable = {(a, b): _usable(w[a].to_numpy(float), w[b].to_numpy(float)) for a, b in pairs}
+    n_perm = permutations_for_holm(n_perm, sum(ok.sum() >= 3 for ok in usable.values()), alpha)
     rows, evs = [], []
     for a, b in pairs:
         x, y = w[a].to_numpy(float), w[b].to_numpy(float)
-        ok = _usable(x, y)
+        ok = usable[(a, b)]
         ev = (correlation(x[ok], y[ok], unit="layers", n_boot=n_boot, n_perm=n_perm, seed=seed)
               if ok.sum() >= 3 else None)
         evs.append(ev)

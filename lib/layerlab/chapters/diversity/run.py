@@ -168,21 +168,25 @@ def run_random_init(preset: DiversityPreset) -> dict:
     }
 
 
-def run_family(preset: DiversityPreset, *, train_missing: bool = True) -> pd.DataFrame | None:
+def run_family(preset: DiversityPreset, *, train_missing: bool = True) -> tuple[pd.DataFrame | None,
+                                                                               pd.DataFrame | None]:
     """Performance vs depth across the depth-varied trained family (spec 3.7, meaning 3) and its
-    random-init copies: linear-head accuracy, MSE, Bias, Div and CE on ``family_task`` at full depth.
-    None when the preset has no family or (``train_missing=False``) some members are not trained yet."""
+    random-init copies: linear-head accuracy, MSE, Bias, Div and CE on ``family_task`` at full depth;
+    and the whole family's table (:func:`layerlab.training.regime.members_table`), from which the regime is
+    read. (None, None) when the preset has no family or (``train_missing=False``) some members are not
+    trained yet."""
     if preset.family_profile is None:
-        return None
+        return None, None
     from layerlab.training.family import get_family
     from layerlab.training.regime import depth_sweep, members_table
 
     try:
         fam = get_family(preset.family_profile, train_missing=train_missing)
     except FileNotFoundError:
-        return None
+        return None, None
     # the depth sweep, by the family-wide rule (the setting with the most depths; ties: most seeds)
-    sweep = depth_sweep(members_table(fam))
+    table = members_table(fam)  # the whole family: its regime is read from it
+    sweep = depth_sweep(table)
     members = [m for m in fam if m.name in set(sweep["name"])]
     task = _load_task(preset.family_task, preset, preset.family_examples)
     rows = []
@@ -207,7 +211,7 @@ def run_family(preset: DiversityPreset, *, train_missing: bool = True) -> pd.Dat
                 ci = bootstrap_ci(x, n_boot=preset.n_boot, seed=preset.seed)
                 row[term], row[f"{term}_low"], row[f"{term}_high"] = ci
             rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), table
 
 
 # --------------------------------------------------------------------------- the chapter's run
@@ -217,13 +221,7 @@ def _compute(preset: DiversityPreset, train_family: bool) -> DiversityResult:
     results = {name: run_task(model, tok, name, preset, tag=tag) for name in preset.tasks}
     null = run_random_init(preset)  # the notebook's order before the move (tasks, null, T-LM, family)
     lm = run_lm(model, tok, preset, tag=tag)
-    family = run_family(preset, train_missing=train_family)
-    members = None
-    if family is not None:
-        from layerlab.training.family import get_family
-        from layerlab.training.regime import members_table
-
-        members = members_table(get_family(preset.family_profile, train_missing=False))
+    family, members = run_family(preset, train_missing=train_family)
     tokens = fingerprint({n: r["tokens"] for n, r in results.items()}, lm["tokens"])
     return DiversityResult(
         tasks=results,
