@@ -90,3 +90,18 @@ def test_false_resolution_rate_under_the_null_and_power():
     power = np.mean([seed_resolved_pairs(_table(effect, noise=0.02, seed=i)).query("axis == 'depth'").resolved.mean()
                      for i in range(20)])
     print(f"false-resolution rate {false / n_sim:.3f} (n_sim={n_sim}); power per depth pair at 5 SD steps {power:.2f}")
+
+
+def test_family_claims_are_falsely_allowed_at_most_alpha_at_the_real_n():
+    """family_regime opens a family claim (``ok``: 3 depths separated pairwise) under no true depth effect
+    in at most 5% of families (3 seeds, the cpu family's layout); power at 5 seed-SD depth steps printed."""
+    from layerlab.training.regime import family_regime
+
+    cfgs = [(d, 64) for d in (1, 2, 4, 8, 12)] + [(4, 32), (4, 128)]
+    n_sim = 200
+    false = sum(family_regime(_table(dict.fromkeys(cfgs, 2.0), noise=0.02, seed=i))["ok"] for i in range(n_sim))
+    assert false / n_sim <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / n_sim)
+    effect = {c: 2.0 - 0.1 * k for k, c in enumerate(cfgs[:5])} | {(4, 32): 1.9, (4, 128): 1.7}
+    power = np.mean([family_regime(_table(effect, noise=0.02, seed=i))["ok"] for i in range(20)])
+    assert power > 0.5  # a clear depth effect does open the claims
+    print(f"family claims falsely allowed {false / n_sim:.3f} (n_sim={n_sim}); allowed at 5 SD steps {power:.2f}")
