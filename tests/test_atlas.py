@@ -192,3 +192,45 @@ def test_summary_rows_are_decided_by_cross_family_pairs_only():
     w["coupling"] = 3 * w["skip"]  # a cross-family pair that ranks the layers alike decides it
     row = _agree_row("AG", type("R", (), {"agreement": agreement(w, n_boot=50, n_perm=2000, seed=0)})(), "x")
     assert row.verdict == "supported" and row.note == "largest ρ: skip vs coupling"
+
+
+def test_atlas_windows_come_from_distinct_documents_first():
+    """Every interval of the atlas is over documents, so its windows are spread over documents: one from
+    each document (seeded order) before any document gives a second; the cpu preset's 8 windows are 8
+    documents (the old seeded subset of all windows drew them from 3)."""
+    from layerlab.chapters.atlas.run import atlas_windows
+    from layerlab.core.models import byte_tokenizer
+
+    tok = byte_tokenizer()
+    P = atlas.preset("smoke", window=64)
+    n_docs = len(set(atlas_windows(tok, atlas.preset("smoke", window=64, tokens=10**6)).doc_ids))
+    assert n_docs >= 8
+    for n in (3, n_docs, n_docs + 2):
+        w = atlas_windows(tok, atlas.preset("smoke", window=64, tokens=n * 63))
+        docs = list(w.doc_ids)
+        assert len(docs) == n and len(set(docs)) == min(n, n_docs)
+    assert atlas_windows(tok, P).doc_ids == atlas_windows(tok, P).doc_ids  # seeded
+
+
+def test_layer_table_intervals_are_t_intervals_over_document_means():
+    """A lens's interval is the Student-t interval of the per-document means (two windows of one document
+    count once), never a percentile bootstrap over a handful of documents."""
+    from scipy import stats
+
+    from layerlab.report.inference import unit_interval
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(1.0, 0.5, 12)
+    g = np.repeat(np.arange(6), 2)
+    m = x.reshape(6, 2).mean(1)
+    half = stats.t.ppf(0.975, 5) * m.std(ddof=1) / np.sqrt(6)
+    est, lo, hi = unit_interval(x, g)
+    assert est == pytest.approx(m.mean()) and (lo, hi) == pytest.approx((m.mean() - half, m.mean() + half))
+    # NaN values are dropped; one document gives no interval; no spread gives a zero-width one
+    x2 = x.copy()
+    x2[0] = np.nan
+    assert unit_interval(x2, g)[0] == pytest.approx(np.mean([x2[1], *m[1:]]))
+    assert np.isnan(unit_interval(x[:2], g[:2])[1])
+    assert unit_interval(np.ones(4), np.arange(4)) == (1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="unit labels"):
+        unit_interval(x, g[:3])

@@ -30,7 +30,7 @@ import numpy as np
 from layerlab.report.stats import as_numpy, resample_indices
 
 __all__ = ["SMALL_N", "Evidence", "correlation", "held_out_peak_drop", "holm", "mean_effect", "paired_difference",
-           "permutations_for_holm", "unit_trends"]
+           "permutations_for_holm", "unit_interval", "unit_trends"]
 
 SMALL_N = 8
 """Below this many units, tests are exact (enumerated) and no percentile bootstrap is used."""
@@ -89,6 +89,28 @@ def _t_interval(d: np.ndarray, level: float) -> tuple[float, float]:
     half = t.ppf(0.5 + level / 2, n - 1) * d.std(ddof=1) / math.sqrt(n)
     m = float(d.mean())
     return m - float(half), m + float(half)
+
+
+def unit_interval(x: Any, groups: Any, *, level: float = 0.95) -> tuple[float, float, float]:
+    """(estimate, low, high): the mean of the per-unit means of ``x`` ([n] values, ``groups`` [n] the unit of
+    each, e.g. its document) with the Student-t interval over units. The interval needs no resampling, so it
+    is valid at the few units (documents) where a percentile bootstrap is not (:data:`SMALL_N`); NaN values
+    are dropped, and with fewer than 2 units (or no spread) the interval is NaN (or zero-width)."""
+    v, g = as_numpy(x).ravel(), np.asarray(groups).ravel()
+    if v.shape != g.shape:
+        raise ValueError(f"unit_interval: {v.size} values but {g.size} unit labels")
+    ok = np.isfinite(v)
+    units = np.unique(g[ok])
+    if units.size == 0:
+        return math.nan, math.nan, math.nan
+    means = np.array([v[ok & (g == u)].mean() for u in units])
+    est = float(means.mean())
+    if units.size < 2:
+        return est, math.nan, math.nan
+    if means.std() == 0:
+        return est, est, est
+    lo, hi = _t_interval(means, level)
+    return est, lo, hi
 
 
 def _sign_flip_p(d: np.ndarray, rng: np.random.Generator, n_perm: int) -> tuple[float, float, float, str]:

@@ -1,4 +1,6 @@
-"""The atlas's statistics: per-layer estimates with 95% CIs over documents, the agreement between lenses
+"""The atlas's statistics: per-layer estimates with 95% t-intervals over documents (each document's mean
+first: :func:`layerlab.report.inference.unit_interval`; no percentile bootstrap over the few documents a cpu
+atlas reads), the agreement between lenses
 (Spearman over layers, permutation p, bootstrap CI, Holm over pairs) and the tiers (agglomerative
 clustering of the layers on all rank-normalised lenses). Pure functions of the measured pieces."""
 
@@ -10,10 +12,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from layerlab.metrics import ablation
 from layerlab.metrics.infotheory import marginal_gains
-from layerlab.report.inference import Evidence, correlation, holm, permutations_for_holm
-from layerlab.report.stats import bootstrap_ci
+from layerlab.report.inference import Evidence, correlation, holm, permutations_for_holm, unit_interval
 
 __all__ = ["LENSES", "agreement", "layer_table", "tiers"]
 
@@ -49,36 +49,31 @@ def _row(layer: int, lens: str, est: float, low: float | None = None, high: floa
             "low": nan if low is None else float(low), "high": nan if high is None else float(high)}
 
 
-def _ci(x: np.ndarray, groups: np.ndarray, n_boot: int, seed: int) -> tuple[float, float, float]:
-    ok = np.isfinite(x)
-    if not ok.any():
-        return math.nan, math.nan, math.nan
-    ci = bootstrap_ci(x[ok], n_boot=n_boot, seed=seed, groups=groups[ok])
-    return ci.estimate, ci.low, ci.high
+def _ci(x: np.ndarray, groups: np.ndarray) -> tuple[float, float, float]:
+    return unit_interval(x, groups)
 
 
 def layer_table(p: Mapping[str, np.ndarray], layers: list[int], docs: np.ndarray, member_docs: np.ndarray,
-                jac_docs: np.ndarray, *, n_boot: int, seed: int) -> pd.DataFrame:
-    """Long table (layer, lens, family, estimate, low, high): statistics with 95% CIs over documents
-    (per-window values resampled by document; ablations are paired ΔNLL via ``ablation.effect``)."""
+                jac_docs: np.ndarray) -> pd.DataFrame:
+    """Long table (layer, lens, family, estimate, low, high): the mean over documents of each document's
+    mean with its 95% t-interval over documents (:func:`layerlab.report.inference.unit_interval`);
+    ablations are the paired per-window ΔNLL (ablated − clean NLL on the same window)."""
     rows = []
     info, gains = marginal_gains(p["summaries"], p["labels"])
     for i, layer in enumerate(layers):
         for op in ("skip", "skip_attn", "skip_mlp", "neighbour_avg"):
-            e = ablation.effect(p["base"], p[f"nll/{op}@{layer}"], groups=docs, n_boot=n_boot, seed=seed)
-            rows.append(_row(layer, op, e["dnll"], e["dnll_low"], e["dnll_high"]))
+            rows.append(_row(layer, op, *_ci(p[f"nll/{op}@{layer}"] - p["base"], docs)))
         for v in ("recompute", "frozen"):
             lens = p[f"lens_{v}"]
-            rows.append(_row(layer, f"lens_drop_{v}", *_ci(lens[layer] - lens[layer + 1], docs, n_boot, seed)))
+            rows.append(_row(layer, f"lens_drop_{v}", *_ci(lens[layer] - lens[layer + 1], docs)))
         for name in ("norm_growth", "block_influence", "angular_distance"):
-            rows.append(_row(layer, name, *_ci(p[name][layer], docs, n_boot, seed)))
+            rows.append(_row(layer, name, *_ci(p[name][layer], docs)))
         for name in ("spectral_norm", "jacobian_fro"):
-            rows.append(_row(layer, name, *_ci(p[name][:, i], jac_docs, n_boot, seed)))
-        rows.append(_row(layer, "coupling", *_ci(p["coupling_null"][:, i] - p["coupling"][:, i], jac_docs,
-                                                 n_boot, seed)))
+            rows.append(_row(layer, name, *_ci(p[name][:, i], jac_docs)))
+        rows.append(_row(layer, "coupling", *_ci(p["coupling_null"][:, i] - p["coupling"][:, i], jac_docs)))
         for kind, m in (("attn", 1 + 2 * layer), ("mlp", 2 + 2 * layer)):
-            rows.append(_row(layer, f"{kind}_bias", *_ci(p["member_bias"][:, m], member_docs, n_boot, seed)))
-            rows.append(_row(layer, f"{kind}_div", *_ci(p["member_div"][:, m], member_docs, n_boot, seed)))
+            rows.append(_row(layer, f"{kind}_bias", *_ci(p["member_bias"][:, m], member_docs)))
+            rows.append(_row(layer, f"{kind}_div", *_ci(p["member_div"][:, m], member_docs)))
         rows.append(_row(layer, "info_gain", gains[layer + 1]))
         rows.append(_row(layer, "weight_r2", p["weight_r2"][layer]))
         rows.append(_row(layer, "delta_corr", p["delta_corr"][layer]))

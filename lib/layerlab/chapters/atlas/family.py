@@ -128,10 +128,13 @@ def run_family(P: AtlasPreset, *, min_depth: int = 4, progress: bool | None = No
     members = family_members(P.profile, min_depth=min_depth)
     if not members:
         raise ValueError(f"the {P.profile} family has no member with >= {min_depth} blocks; lower min_depth")
+    from layerlab.data.corpora import DEFAULT_SOURCES
     from layerlab.training.family import PRESETS as FAMILY_PRESETS
 
     window = min(P.window, FAMILY_PRESETS[P.profile].seq_len)
-    base = dataclasses.replace(P, window=window, tokens=max(P.tokens, window - 1), layers=None, tiny_layers=None)
+    # the family's own corpora (its training text's test split), not the pretrained model's wider test split
+    base = dataclasses.replace(P, window=window, tokens=max(P.tokens, window - 1), layers=None, tiny_layers=None,
+                               sources=DEFAULT_SOURCES)
     trained = [run(dataclasses.replace(base, model=f"family:{m.name}"), progress=progress) for m in members]
     init = [run(dataclasses.replace(base, model=f"family-init:{m.name}"), progress=progress) for m in members]
     pairs = compare(trained, init, seed=P.seed)

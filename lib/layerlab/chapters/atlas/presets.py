@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerlab.core.protocol import Preset, make_preset
+from layerlab.data.corpora import ALL_SOURCES
 
 __all__ = ["PRESETS", "AtlasPreset", "preset"]
 
@@ -24,12 +25,13 @@ class AtlasPreset(Preset):
     tiny_layers: int | None = None  # tiny-* models only: depth of the random model
     layers: tuple[int, ...] | None = None  # the layers to measure (None: every layer)
     window: int = 128
-    tokens: int = 1_016  # scored tokens (windows of ``window`` ids from the test split)
+    tokens: int = 1_016  # scored tokens (windows of ``window`` ids from the test split, one per document first)
+    sources: tuple[str, ...] = ALL_SOURCES  # corpora of the test split (13 test documents; the family uses its own)
     batch_size: int = 4
     lens_positions: int = 16  # positions per window read through both logit lenses
     member_positions: int = 2  # positions per window whose residual members are decomposed (full vocabulary)
     member_chunk: int = 4  # read positions per full-vocabulary readout chunk
-    jacobian_samples: int = 4  # windows (distinct documents first) whose last token gets block Jacobians
+    jacobian_samples: int = 8  # windows (distinct documents first) whose last token gets block Jacobians
     coupling_k: int = 10  # K of m_K (Aubry et al.; clipped to d)
     family_min_depth: int = 4  # the family section: members with at least this many blocks (and their twins)
     extra_models: tuple[str, ...] = ()  # further models for the cross-model section (the gpu profile's)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,13 +28,13 @@ from layerlab.core.protocol import Provenance, provenance
 from layerlab.data.corpora import TokenWindows, token_windows
 from layerlab.data.fetch import data_fingerprint
 
-__all__ = ["AtlasResult", "check_layers", "load", "run"]
+__all__ = ["AtlasResult", "atlas_windows", "check_layers", "load", "run"]
 
 #: what the cached atlas depends on: this module (and, transitively, analysis and measure) and the model loader
 _SOURCES = (__name__, "layerlab.core.models")
 
-MEASURE_FIELDS = ("model", "tiny_layers", "window", "tokens", "batch_size", "lens_positions", "member_positions",
-                  "member_chunk", "jacobian_samples", "coupling_k", "seed", "device", "dtype")
+MEASURE_FIELDS = ("model", "tiny_layers", "window", "tokens", "sources", "batch_size", "lens_positions",
+                  "member_positions", "member_chunk", "jacobian_samples", "coupling_k", "seed", "device", "dtype")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,6 +201,26 @@ def measure_all(P: AtlasPreset, model, windows: TokenWindows, layers: list[int],
     return out
 
 
+def atlas_windows(tokenizer, P: AtlasPreset) -> TokenWindows:
+    """The atlas's test windows: as many as ``P.tokens`` scored tokens need, spread over documents (one window
+    from each document, in a seeded document order, before any document gives a second), so that every
+    interval is over as many documents as the budget allows. The cpu preset's 8 windows of 128 ids come
+    from 8 different documents."""
+    w = token_windows(tokenizer, "test", window=P.window, seed=P.seed, sources=tuple(P.sources))
+    need = min(len(w), max(1, math.ceil(P.tokens / (P.window - 1))))
+    rng = np.random.default_rng(P.seed)
+    docs = list(dict.fromkeys(w.doc_ids))
+    docs = [docs[i] for i in rng.permutation(len(docs))]
+    of = {d: [i for i, x in enumerate(w.doc_ids) if x == d] for d in docs}
+    of = {d: [ix[j] for j in rng.permutation(len(ix))] for d, ix in of.items()}  # seeded order inside a document
+    pick: list[int] = []
+    rank = 0
+    while len(pick) < need:
+        pick += [of[d][rank] for d in docs if rank < len(of[d])][:need - len(pick)]
+        rank += 1
+    return w.subset(sorted(pick))
+
+
 def jacobian_windows(windows: TokenWindows, n: int) -> list[int]:
     """``n`` window indices, the first window of each distinct document first (then the rest, in order)."""
     first = list(dict.fromkeys(windows.doc_ids))
@@ -212,12 +233,12 @@ def _compute(P: AtlasPreset, progress: bool | None) -> AtlasResult:
     model, tok = load(P)
     L = view(model).n_layers
     layers = check_layers(P.layers, L)
-    windows = token_windows(tok, "test", window=P.window, max_tokens=P.tokens, seed=P.seed)
+    windows = atlas_windows(tok, P)
     p = measure_all(P, model, windows, layers, progress=progress)
     docs = np.unique(np.asarray(windows.doc_ids), return_inverse=True)[1]
     member_docs = np.repeat(docs, p["member_bias"].shape[0] // len(docs))
     jac_docs = docs[p["jacobian_windows"]]
-    table = an.layer_table(p, layers, docs, member_docs, jac_docs, n_boot=P.n_boot, seed=P.seed)
+    table = an.layer_table(p, layers, docs, member_docs, jac_docs)
     w = an.wide(table)
     agree = an.agreement(w, n_boot=P.n_boot, n_perm=P.n_perm, seed=P.seed)
     tiers = an.tiers(w, P.n_tiers)
