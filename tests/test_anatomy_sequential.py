@@ -81,3 +81,44 @@ def test_budget_stops_inside_the_redundant_band_or_past_every_threshold():
     assert decided(critical)
     at_the_line = mean_effect(np.array([0.6, 0.8, 0.7, 0.75, 0.65, 0.72, 0.68, 0.7]), unit="documents")
     assert not decided(at_the_line)  # log 2 = 0.693 is inside: critical or not is still open
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """An empty cache that sees the fetched corpora (so each run below computes its looks)."""
+    from layerlab.core.cache import cache_dir
+
+    (tmp_path / "data").symlink_to(cache_dir() / "data")
+    monkeypatch.setenv("LAYERLAB_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_budget_force_takes_exactly_the_named_rows_to_the_last_look(own_cache):
+    """A forced "op@layer" goes on to the last look and nothing else changes; a forced layer takes every
+    primary operator on it there; entries that name no row fail with one message. (Forcing the A5/A7
+    layers by layer used to take skip there too, doubling the cost of the 32k-token override.)"""
+    from layerlab.chapters.anatomy import analysis as an
+    from layerlab.chapters.anatomy import budget
+    from layerlab.chapters.anatomy.presets import PRIMARY_OPS, preset
+
+    P = preset("smoke")
+    model, tok = an.load(P, seed=P.seed)
+
+    def looks(force):
+        prof, _ = budget.adaptive_profile(P, model, tok, PRIMARY_OPS, window=P.window,
+                                          windows_per_doc=P.budget_windows, max_looks=len(P.budget_docs),
+                                          protocol="large", force=force)
+        return {f"{r.op}@{r.layer}": (int(r.looks), int(r.n_docs)) for r in prof.itertuples()}
+
+    free = looks(())
+    last = (len(P.budget_docs), P.budget_docs[-1])
+    one = looks(("neighbour_avg@3",))
+    assert one["neighbour_avg@3"] == last
+    assert {k: v for k, v in one.items() if k != "neighbour_avg@3"} == {
+        k: v for k, v in free.items() if k != "neighbour_avg@3"}
+    both = looks((5,))
+    assert both["skip@5"] == both["neighbour_avg@5"] == last
+    assert budget.DECIDING_A5_A7 == tuple(f"neighbour_avg@{x}" for x in (7, 8, 9, 10, 11, 13, 14, 16, 17))
+    for bad in ("neighbour_avg@18", "skip_mlp@3", "nb@3", 18, -1):
+        with pytest.raises(ValueError, match="names no row"):
+            looks((bad,))

@@ -28,14 +28,49 @@ from layerlab.core.cache import cached_json
 from layerlab.metrics import ablation
 from layerlab.report.sequential import SequentialDesign, sequential_mean, settled
 
-__all__ = ["REDUNDANT_BAND", "THRESHOLDS", "adaptive_profile", "decided", "design", "doc_sample", "document_plan",
-           "pool_windows"]
+__all__ = ["DECIDING_A5_A7", "REDUNDANT_BAND", "THRESHOLDS", "adaptive_profile", "decided", "design", "doc_sample",
+           "document_plan", "forced", "pool_windows"]
 
 #: ΔNLL decision thresholds (nats): no effect, the redundant line (ΔPPL 1%), the critical line (ΔPPL 100%).
 THRESHOLDS: tuple[float, ...] = (0.0, math.log1p(0.01), math.log(2.0))
 #: A layer whose interval lies inside this ΔNLL band is settled as redundant and as no anti-layer of the
 #: paper's size (ΔPPL between the digest's −0.6% and the 1% redundant line).
 REDUNDANT_BAND: tuple[float, float] = (math.log1p(-0.006), math.log1p(0.01))
+
+
+def _deciding_a5_a7() -> tuple[str, ...]:
+    from layerlab.metrics.ablation import PAPER_ANTI, PAPER_CORE, paper_layers
+
+    layers = sorted({x for base in (0, 1) for x in paper_layers((*PAPER_CORE, *PAPER_ANTI), base)})
+    return tuple(f"neighbour_avg@{x}" for x in layers)
+
+
+#: The rows that decide A5 (every core layer critical) and A7 (each anti-layer) in either reading of the
+#: paper's layer numbers: the neighbour average (the claims' operator) on layers 7-11, 13, 14, 16 and 17.
+#: ``preset("cpu", budget_force=DECIDING_A5_A7)`` takes exactly these to the last look (32 documents,
+#: 32,640 tokens), and no other row.
+DECIDING_A5_A7: tuple[str, ...] = _deciding_a5_a7()
+
+
+def forced(name: str, force: tuple[int | str, ...]) -> bool:
+    """Whether the row ``name`` ("op@layer") always goes on to the last look: ``force`` names its layer
+    (every operator on it) or the row itself."""
+    layer = int(name.partition("@")[2])
+    return name in force or any(not isinstance(f, str) and int(f) == layer for f in force)
+
+
+def check_force(force: tuple[int | str, ...], n_layers: int) -> None:
+    """One clear error for a ``budget_force`` entry that names no row: a layer out of 0..L−1, or a string
+    that is not "op@layer" with a primary operator (only those run on the large protocol)."""
+    from layerlab.chapters.anatomy.presets import PRIMARY_OPS
+
+    for f in force:
+        op, _, layer = str(f).partition("@") if isinstance(f, str) else ("", "", str(f))
+        ok = layer.lstrip("-").isdigit() and 0 <= int(layer) < n_layers and (
+            not isinstance(f, str) or op in PRIMARY_OPS)
+        if not ok:
+            raise ValueError(f"budget_force entry {f!r} names no row: give a layer in 0..{n_layers - 1} or "
+                             f"'op@layer' with op in {PRIMARY_OPS} (e.g. 'neighbour_avg@9')")
 
 
 def decided(ev) -> bool:
@@ -129,13 +164,13 @@ def _evaluate(model, ids: torch.Tensor, ivs: list[ablation.Intervention], preset
 
 def adaptive_profile(preset, model, tokenizer, ops: tuple[str, ...], *, window: int, windows_per_doc: tuple[int, ...],
                      max_looks: int, protocol: str, mean_contrib: torch.Tensor | None = None,
-                     force: tuple[int, ...] = ()) -> tuple[pd.DataFrame, dict]:
+                     force: tuple[int | str, ...] = ()) -> tuple[pd.DataFrame, dict]:
     """The sequential ablation sweep of ``ops`` on every layer.
 
     Look k uses the first ``budget_docs[k]`` pool documents and up to ``windows_per_doc[k]`` windows of
     each (seeded order); an (op, layer) goes on to the next look until :func:`decided` (its repeated interval holds
-    no threshold of :data:`THRESHOLDS`, or lies inside :data:`REDUNDANT_BAND`; layers in ``force`` always
-    go on), up to ``max_looks``.
+    no threshold of :data:`THRESHOLDS`, or lies inside :data:`REDUNDANT_BAND`; rows that ``force`` names, by
+    layer or as "op@layer" (:func:`forced`), always go on), up to ``max_looks``.
     Returns (profile, extras): one row per (op, layer) with ΔNLL over documents, its repeated CI,
     ΔPPL%, tier, adjusted one-sided p-values, documents, tokens and looks spent; extras holds the
     per-document values at the first look ({name: [budget_docs[0]]}, common to all layers), the clean
@@ -144,6 +179,7 @@ def adaptive_profile(preset, model, tokenizer, ops: tuple[str, ...], *, window: 
 
     D = design(preset)
     L = arch.view(model).n_layers
+    check_force(tuple(force), L)
     docs_w, _ = pool_windows(preset, tokenizer, window=window)
     docs = list(docs_w)
     rng = np.random.default_rng(preset.seed + 7)
@@ -185,8 +221,7 @@ def adaptive_profile(preset, model, tokenizer, ops: tuple[str, ...], *, window: 
             evidence[n], looks_of[n] = ev, k + 1
             if k == 0:
                 first_values[n] = [float(x) for x in per_doc]
-            layer = int(n.partition("@")[2])
-            if (layer in force or not decided(ev)) and k + 1 < n_looks:
+            if (forced(n, force) or not decided(ev)) and k + 1 < n_looks:
                 still.append(n)
         active = still
     rows = []

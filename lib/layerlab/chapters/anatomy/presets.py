@@ -28,15 +28,16 @@ class AnatomyPreset(Preset):
     batch_size: int = 8
     # adaptive token budget of the ablation profile (chapters/anatomy/budget.py): documents at each look,
     # the share of the 5% level spent there, windows per document at each look (primary operators at
-    # ``window`` tokens, secondary ones at ``budget_window_small``), the secondary ops' last look, and
-    # layers that always go on to the last look
+    # ``window`` tokens, secondary ones at ``budget_window_small``), the secondary ops' last look, and what
+    # always goes on to the last look: a layer (every primary operator on it) or one "op@layer"
+    # (budget.DECIDING_A5_A7: the neighbour-average rows that decide A5 and A7)
     budget_docs: tuple[int, ...] = (8, 16, 32)
     budget_weights: tuple[float, ...] = (0.25, 0.25, 0.5)
     budget_windows: tuple[int, ...] = (1, 2, 4)
     budget_window_small: int = 64
     budget_windows_small: tuple[int, ...] = (1, 2, 4)
     budget_looks_small: int = 2
-    budget_force: tuple[int, ...] = ()
+    budget_force: tuple[int | str, ...] = ()
     calib_tokens: int = 4_096             # mean-ablation calibration (validation split)
     sentences: int = 10                   # the paper's 10-sentence protocol
     sentence_ops: tuple[str, ...] = ("skip", "neighbour_avg", "skip_attn", "skip_mlp", "mean")
@@ -105,6 +106,6 @@ SECONDARY_OPS: tuple[str, ...] = ("skip_attn", "skip_mlp", "mean")
 
 
 def preset(profile: str, **overrides: Any) -> AnatomyPreset:
-    """``PRESETS[profile]`` with ``overrides`` (e.g. ``seed=1, budget_force=(13, 14)``); unknown profiles
-    or fields fail clearly."""
+    """``PRESETS[profile]`` with ``overrides`` (e.g. ``seed=1, budget_force=(13, "neighbour_avg@14")``); unknown
+    profiles or fields fail clearly."""
     return make_preset(PRESETS, profile, **overrides)
