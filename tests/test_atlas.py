@@ -234,3 +234,22 @@ def test_layer_table_intervals_are_t_intervals_over_document_means():
     assert unit_interval(np.ones(4), np.arange(4)) == (1.0, 1.0, 1.0)
     with pytest.raises(ValueError, match="unit labels"):
         unit_interval(x, g[:3])
+
+
+def test_agreement_caption_names_the_colours_the_figure_uses():
+    """The caption of the agreement figure said "blue: same order" under a RdBu_r map that draws ρ = +1 red."""
+    import json
+    import re
+    from pathlib import Path
+
+    import matplotlib
+
+    from layerlab.chapters.atlas import plots
+
+    src = Path(plots.__file__).read_text()
+    cmap = matplotlib.colormaps[re.search(r'fig_agreement.*?cmap="(\w+)"', src, re.S).group(1)]
+    r, g, b, _ = cmap(1.0)  # ρ = +1 (vmax)
+    same = "red" if r > b else "blue"
+    nb = json.loads((Path(__file__).parents[1] / "notebooks" / "atlas.ipynb").read_text())
+    caption = next("".join(c["source"]) for c in nb["cells"] if "name: fig-atlas-agreement" in "".join(c["source"]))
+    assert f"{same}: same order" in caption, caption
