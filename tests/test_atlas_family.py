@@ -32,6 +32,18 @@ def test_compare_labels_learned_architectural_and_undecided():
     assert df.loc[("skip", "mlp_div"), "label"] == "architectural"
     assert df.loc[("coupling", "mlp_div"), "label"] == "undecided"
     assert (df.n == m).all() and "agree more" in df.loc[("skip", "coupling"), "sentence"]
+    # the twins' mean rho carries its own t-interval over members, and AA reports it (it showed none)
+    from scipy import stats
+
+    from layerlab.chapters.atlas.claims import _family_row
+
+    x = init[:, 1]
+    half = stats.t.ppf(0.975, m - 1) * x.std(ddof=1) / np.sqrt(m)
+    row = df.loc[("skip", "mlp_div")]
+    assert (row.init_low, row.init_high) == pytest.approx((x.mean() - half, x.mean() + half))
+    fa = SimpleNamespace(pairs=df.reset_index())
+    aa = _family_row("AA", fa, learned=False)
+    assert aa.ci_low is not None and aa.ci_low <= aa.ours <= aa.ci_high
     # the opposite effect is "weakened", not "strengthened"
     flipped = compare(_results(init), _results(trained)).set_index(["a", "b"])
     assert flipped.loc[("skip", "coupling"), "label"] == "learned: weakened"

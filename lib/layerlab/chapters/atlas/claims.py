@@ -72,11 +72,12 @@ def _family_row(cid: str, fa: FamilyAtlas, *, learned: bool) -> Claim:
         best = p.loc[p["diff"].abs().idxmax()]
         ours, lo, hi, note = float(best["diff"]), float(best.low), float(best.high), f"{best.a} vs {best.b}"
     else:
-        evs = [Evidence(estimate=r.rho_init, low=None, high=None, p_greater=min(1.0, 2 * min(r.p_init_greater,
-                        r.p_init_less)), p_less=1.0, unit="members", n=int(r.n), method="sign-flip, two-sided")
-               for r in p.itertuples()]
+        evs = [Evidence(estimate=r.rho_init, low=r.init_low, high=r.init_high,
+                        p_greater=min(1.0, 2 * min(r.p_init_greater, r.p_init_less)), p_less=1.0, unit="members",
+                        n=int(r.n), method="sign-flip, two-sided") for r in p.itertuples()]
         best = p.loc[p.rho_init.abs().idxmax()]
-        ours, lo, hi, note = float(best.rho_init), None, None, f"{best.a} vs {best.b}"
+        ours, lo, hi = float(best.rho_init), float(best.init_low), float(best.init_high)
+        note = f"{best.a} vs {best.b}"
     d = decide_family(Direction(), evs, family="any")
     verdict = "inconclusive" if d.verdict == "contradicted" else d.verdict  # two-sided: no opposite side
     null = ("paired: ρ(trained) - ρ(twin) = 0 per member" if learned else "mean twin ρ = 0")
