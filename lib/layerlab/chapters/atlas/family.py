@@ -89,8 +89,8 @@ def compare(trained: list[AtlasResult], init: list[AtlasResult], *, alpha: float
             d = paired_difference(rt[ok, j], ri[ok, j], unit="members", seed=seed, n_perm=n_perm)
             z = mean_effect(ri[ok, j], unit="members", seed=seed, bounds=(-1.0, 1.0), n_perm=n_perm)
             row.update(rho_trained=float(rt[ok, j].mean()), rho_init=z.estimate, diff=d.estimate, low=d.low,
-                       high=d.high, init_low=z.low, init_high=z.high, p_diff_greater=d.p_greater, p_diff_less=d.p_less, p_init_greater=z.p_greater,
-                       p_init_less=z.p_less)
+                       high=d.high, init_low=z.low, init_high=z.high, p_diff_greater=d.p_greater,
+                       p_diff_less=d.p_less, p_init_greater=z.p_greater, p_init_less=z.p_less)
         rows.append(row)
     df = pd.DataFrame(rows)
     have = df.n >= 2
