@@ -78,8 +78,9 @@ def atlas(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
     ap = argparse.ArgumentParser(prog="python -m layerlab atlas",
-                                 description="every lens on every layer of MODEL, side by side (issue 18)")
-    ap.add_argument("model", help="smollm2-135m, tiny-<family>, a hub id (owner/name) or a local HF folder")
+                                 description="every lens on every layer of MODEL, side by side (the book's atlas)")
+    ap.add_argument("model", help="smollm2-135m, tiny-<family>, a hub id (owner/name), a local HF folder, "
+                    "or family:<member> / family-init:<member> (a trained member of the book's family / its twin)")
     ap.add_argument("--profile", default="cpu", help="smoke | cpu | gpu (default cpu)")
     ap.add_argument("--tokens", type=int, default=None, help="scored tokens (default: the profile's)")
     ap.add_argument("--layers", default=None, help="0-based layers: 0,1,5 or 0-11 (default: all)")
