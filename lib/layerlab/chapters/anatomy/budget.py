@@ -38,18 +38,13 @@ THRESHOLDS: tuple[float, ...] = (0.0, math.log1p(0.01), math.log(2.0))
 REDUNDANT_BAND: tuple[float, float] = (math.log1p(-0.006), math.log1p(0.01))
 
 
-def _deciding_a5_a7() -> tuple[str, ...]:
-    from layerlab.metrics.ablation import PAPER_ANTI, PAPER_CORE, paper_layers
-
-    layers = sorted({x for base in (0, 1) for x in paper_layers((*PAPER_CORE, *PAPER_ANTI), base)})
-    return tuple(f"neighbour_avg@{x}" for x in layers)
-
-
 #: The rows that decide A5 (every core layer critical) and A7 (each anti-layer) in either reading of the
 #: paper's layer numbers: the neighbour average (the claims' operator) on layers 7-11, 13, 14, 16 and 17.
 #: ``preset("cpu", budget_force=DECIDING_A5_A7)`` takes exactly these to the last look (32 documents,
 #: 32,130 scored tokens at cpu: up to 4 windows each, one document holds fewer), and no other row.
-DECIDING_A5_A7: tuple[str, ...] = _deciding_a5_a7()
+_NAMED = (*ablation.PAPER_CORE, *ablation.PAPER_ANTI)
+DECIDING_A5_A7: tuple[str, ...] = tuple(
+    f"neighbour_avg@{x}" for x in sorted({x for base in (0, 1) for x in ablation.paper_layers(_NAMED, base)}))
 
 
 def forced(name: str, force: tuple[int | str, ...]) -> bool:
@@ -65,9 +60,11 @@ def check_force(force: tuple[int | str, ...], n_layers: int) -> None:
     from layerlab.chapters.anatomy.presets import PRIMARY_OPS
 
     for f in force:
-        op, _, layer = str(f).partition("@") if isinstance(f, str) else ("", "", str(f))
-        ok = layer.lstrip("-").isdigit() and 0 <= int(layer) < n_layers and (
-            not isinstance(f, str) or op in PRIMARY_OPS)
+        if isinstance(f, str):
+            op, _, layer = f.partition("@")
+            ok = op in PRIMARY_OPS and layer.isdigit() and int(layer) < n_layers
+        else:
+            ok = 0 <= int(f) < n_layers
         if not ok:
             raise ValueError(f"budget_force entry {f!r} names no row: give a layer in 0..{n_layers - 1} or "
                              f"'op@layer' with op in {PRIMARY_OPS} (e.g. 'neighbour_avg@9')")

@@ -49,10 +49,6 @@ def _row(layer: int, lens: str, est: float, low: float | None = None, high: floa
             "low": nan if low is None else float(low), "high": nan if high is None else float(high)}
 
 
-def _ci(x: np.ndarray, groups: np.ndarray) -> tuple[float, float, float]:
-    return unit_interval(x, groups)
-
-
 def layer_table(p: Mapping[str, np.ndarray], layers: list[int], docs: np.ndarray, member_docs: np.ndarray,
                 jac_docs: np.ndarray) -> pd.DataFrame:
     """Long table (layer, lens, family, estimate, low, high): the mean over documents of each document's
@@ -62,18 +58,18 @@ def layer_table(p: Mapping[str, np.ndarray], layers: list[int], docs: np.ndarray
     info, gains = marginal_gains(p["summaries"], p["labels"])
     for i, layer in enumerate(layers):
         for op in ("skip", "skip_attn", "skip_mlp", "neighbour_avg"):
-            rows.append(_row(layer, op, *_ci(p[f"nll/{op}@{layer}"] - p["base"], docs)))
+            rows.append(_row(layer, op, *unit_interval(p[f"nll/{op}@{layer}"] - p["base"], docs)))
         for v in ("recompute", "frozen"):
             lens = p[f"lens_{v}"]
-            rows.append(_row(layer, f"lens_drop_{v}", *_ci(lens[layer] - lens[layer + 1], docs)))
+            rows.append(_row(layer, f"lens_drop_{v}", *unit_interval(lens[layer] - lens[layer + 1], docs)))
         for name in ("norm_growth", "block_influence", "angular_distance"):
-            rows.append(_row(layer, name, *_ci(p[name][layer], docs)))
+            rows.append(_row(layer, name, *unit_interval(p[name][layer], docs)))
         for name in ("spectral_norm", "jacobian_fro"):
-            rows.append(_row(layer, name, *_ci(p[name][:, i], jac_docs)))
-        rows.append(_row(layer, "coupling", *_ci(p["coupling_null"][:, i] - p["coupling"][:, i], jac_docs)))
+            rows.append(_row(layer, name, *unit_interval(p[name][:, i], jac_docs)))
+        rows.append(_row(layer, "coupling", *unit_interval(p["coupling_null"][:, i] - p["coupling"][:, i], jac_docs)))
         for kind, m in (("attn", 1 + 2 * layer), ("mlp", 2 + 2 * layer)):
-            rows.append(_row(layer, f"{kind}_bias", *_ci(p["member_bias"][:, m], member_docs)))
-            rows.append(_row(layer, f"{kind}_div", *_ci(p["member_div"][:, m], member_docs)))
+            rows.append(_row(layer, f"{kind}_bias", *unit_interval(p["member_bias"][:, m], member_docs)))
+            rows.append(_row(layer, f"{kind}_div", *unit_interval(p["member_div"][:, m], member_docs)))
         rows.append(_row(layer, "info_gain", gains[layer + 1]))
         rows.append(_row(layer, "weight_r2", p["weight_r2"][layer]))
         rows.append(_row(layer, "delta_corr", p["delta_corr"][layer]))
