@@ -62,6 +62,25 @@ def test_finetune_recovers_and_restores_model():
     assert flags == {k: p.requires_grad for k, p in m.named_parameters()}
 
 
+def test_stop_at_recovery_ends_the_run_at_the_same_step_with_the_same_curve():
+    m = tiny_model("llama")
+    before = _params(m)
+    ids = _ids(4)
+    kw = dict(train_ids=ids, eval_ids=ids, sigma_rel=1.0, lr=3e-3, steps=20, eval_every=1, batch_size=4, seed=0)
+    full = R.recovery_run(m, 1, **kw)
+    short = R.recovery_run(m, 1, stop_at_recovery=True, **kw)
+    r = full.recovered_at
+    assert r is not None and 0 < r < 20  # the run recovers inside the cap, so stopping saves steps
+    assert short.recovered_at == r and short.cap == 20 and short.steps == list(range(r + 1))
+    assert short.nll == full.nll[:r + 1]  # the same run up to the recovery step, bit for bit
+    assert short.auc == pytest.approx(float(np.trapezoid(np.array(short.nll) - short.base_nll, short.steps) / r))
+    censored = R.recovery_run(m, 1, stop_at_recovery=True, **{**kw, "steps": r - 1})
+    assert censored.recovered_at is None and censored.steps[-1] == r - 1  # a censored run still reaches the cap
+    control = R.recovery_run(m, 1, stop_at_recovery=True, **{**kw, "sigma_rel": 0.0})
+    assert control.steps == [0] and control.recovered_at == 0  # at the baseline from the start: nothing to train
+    assert _same(m, before)
+
+
 def test_recovery_vs_importance_and_errors():
     curves = [R.RecoveryCurve(layer=i, sigma_rel=0.5, kind="additive", scope="layer", seed=0, lr=1e-3, steps=[0],
                               nll=[1.0], base_nll=1.0, recovered_at=None, cap=10, auc=float(i)) for i in range(4)]

@@ -122,11 +122,13 @@ def _prefix(model: torch.nn.Module, ids: Tensor, layer: int, bs: int) -> list[Te
 def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_ids: Tensor, sigma_rel: float = 0.5,
                  kind: str = "additive", scope: str = "layer", lr: float = 1e-4, steps: int = 200,
                  eval_every: int = 10, batch_size: int = 4, eval_batch_size: int = 8, seed: int = 0,
-                 tol_pct: float = 0.0, weight_decay: float = 0.0) -> RecoveryCurve:
+                 tol_pct: float = 0.0, weight_decay: float = 0.0, stop_at_recovery: bool = False) -> RecoveryCurve:
     """Perturb ``layer``, fine-tune ``scope`` with AdamW on ``train_ids`` [N, T], evaluate on ``eval_ids``.
 
     The model is returned unchanged. With scope ``"layer"`` the frozen prefix (blocks < layer) is computed
     once and only blocks ≥ layer run forward and backward. ``seed`` drives the noise and the batch order.
+    ``stop_at_recovery``: end the run at the first evaluation at or below the baseline (the recovery step is
+    then known; the curve ends there and ``auc`` is the mean excess over the evaluated steps).
 
     Protocol of spec anatomy.md section 3.7 (Wietrzykowski (arXiv:2603.19348), finding 3).
     """
@@ -161,6 +163,8 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
             xs.append(0)
             ys.append(_eval_nll(model, eval_ids, start if use_prefix else 0, ev_prefix, eval_batch_size))
             for step in range(1, steps + 1):
+                if stop_at_recovery and ys[-1] <= threshold:
+                    break
                 k = (step - 1) * batch_size
                 idx = [int(order[(k + j) % len(order)]) for j in range(batch_size)]
                 ids = train_ids[idx]  # [B, T]
@@ -192,7 +196,7 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
             p.requires_grad_(f)
     rec = next((s for s, v in zip(xs, ys) if v <= threshold), None)
     excess = np.asarray(ys) - base
-    auc = float(np.trapezoid(excess, xs) / steps) if steps > 0 else float(excess[0])
+    auc = float(np.trapezoid(excess, xs) / xs[-1]) if xs[-1] > 0 else float(excess[0])
     return RecoveryCurve(layer=layer, sigma_rel=sigma_rel, kind=kind, scope=scope, seed=seed, lr=lr, steps=xs,
                          nll=[float(y) for y in ys], base_nll=base, recovered_at=rec, cap=steps, auc=auc)
 
