@@ -65,6 +65,7 @@ class AnatomyPreset(Preset):
     recovery_window: int = 128
     recovery_train_tokens: int = 8_192
     recovery_eval_tokens: int = 1_024
+    recovery_stop: bool = True            # end a perturbed run at recovery (the σ = 0 control runs to the cap)
     n_boot: int = 2000
     n_shuffles: int = 50
     seed: int = 0  # the trained model's seed (tiny models), windows and bootstraps
@@ -83,11 +84,15 @@ PRESETS: dict[str, AnatomyPreset] = {
     # 8 x 63 tokens), undecided ones on 16 x 2, then 32 documents x 4 windows (32,640 tokens). At the
     # idle machine's ~55 GFLOP/s (2026-12-02) the first look costs ~6 min and each layer taken to the last
     # look ~1.6 min more, so the chapter fits 15 min only while few layers stay undecided.
+    # Recovery (A9): 8 layers x 3 seeds, lr 1e-3 on 64-token batches, evaluated every 2 steps up to 12. In
+    # probes (seed 0, 2026-12-04) lr 1e-4 recovered no layer in 10 steps, 5e-4 censored layers 2 and 22 at 12,
+    # and 1e-3 recovered layers 2, 8, 14, 22 at steps 10, 4, 5, 10: the rate at which steps differ by layer.
     "cpu": AnatomyPreset(model="smollm2-135m", calib_tokens=1_020, sample_window=128,
                          sentence_ops=("skip", "neighbour_avg"), replacement_tokens=508,
                          replacement_ks=(1, 2, 4, 9, 16), replacement_single=(3, 11, 17, 26),
                          manip_tokens=508, alphas=(0.5, 0.9, 1.05), recovery_layers=(2, 5, 8, 11, 14, 17, 22, 27),
-                         recovery_steps=10, recovery_eval_every=5, recovery_eval_tokens=508),
+                         recovery_seeds=(0, 1, 2), recovery_lr=1e-3, recovery_steps=12, recovery_eval_every=2,
+                         recovery_batch=1, recovery_window=64, recovery_eval_tokens=256),
     "gpu": AnatomyPreset(model="HuggingFaceTB/SmolLM2-135M", device="cuda", batch_size=32, sample_docs=32,
                          budget_windows=(16, 64, 160), budget_window_small=256, budget_windows_small=(4, 16, 40),
                          budget_looks_small=3, budget_force=tuple(range(30)), calib_tokens=65_536,
