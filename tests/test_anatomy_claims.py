@@ -184,3 +184,27 @@ def test_structure_claims():
     assert s1.verdict == "contradicted"
     missing_rows = rules.structure_claims(init, init.iloc[:0])
     assert [c.id for c in missing_rows] == ["S1", "S2"] and all(c.verdict == "inconclusive" for c in missing_rows)
+
+
+def _run(layer, sigma, nll, base=1.0, seed=0):
+    rec = next((s for s, v in zip(range(len(nll)), nll) if v <= base), None)
+    return RecoveryCurve(layer=layer, sigma_rel=sigma, kind="additive", scope="layer", seed=seed,
+                         steps=list(range(len(nll))), nll=nll, base_nll=base, recovered_at=rec, cap=len(nll) - 1,
+                         auc=0.0, lr=1e-3)
+
+
+def test_recovery_control_sentence_follows_the_control():
+    """One sentence per outcome: a control that falls below the baseline by a tenth of the smallest damage
+    or more says the steps measure adaptation too; a flat control says they measure repair; none says so."""
+    from types import SimpleNamespace
+
+    from layerlab.chapters.anatomy.prose import _recovery_control
+
+    hurt = [_run(3, 0.5, [1.5, 1.2, 0.99]), _run(9, 0.5, [1.4, 1.1, 1.0])]
+    adapting = SimpleNamespace(curves=hurt + [_run(5, 0.0, [1.0, 0.9, 0.8], seed=s) for s in range(2)])
+    text = _recovery_control(adapting)
+    assert "0.2 to 0.2 nats below" in text and "adapting to the corpus" in text and "2 seed(s)" in text
+    flat = SimpleNamespace(curves=hurt + [_run(5, 0.0, [1.0, 1.0, e], seed=s) for s, e in enumerate((1.001, 0.999))])
+    text = _recovery_control(flat)
+    assert "measures repair" in text and "adapting" not in text and "between -0.001 and 0.001" in text
+    assert "No σ = 0 control" in _recovery_control(SimpleNamespace(curves=hurt))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import FuncFormatter
 
 from layerlab.chapters.anatomy.presets import PRIMARY_OPS, SECONDARY_OPS
 from layerlab.chapters.anatomy.run import AnatomyResult
@@ -104,18 +105,52 @@ def replacement_figure(r: AnatomyResult):
 
 
 def recovery_figure(r: AnatomyResult):
-    """Excess NLL (vs the clean baseline) during fine-tuning, one line per run."""
+    """(a) Excess NLL (vs the clean baseline) during fine-tuning, one line per run, one colour per layer,
+    the σ = 0 control dotted; (b) recovery steps per seed (dots, censored runs at the cap as open circles)
+    and their mean against the layer's neighbour-average ΔNLL (the A9 scatter, spec section 4.4)."""
     curves = r.curves
-    fig, ax = plt.subplots(figsize=FIGSIZE["single"])
+    perturbed = sorted({c.layer for c in curves if c.sigma_rel > 0})
+    cmap = plt.get_cmap("viridis")
+    colour = {layer: cmap(i / max(1, len(perturbed) - 1)) for i, layer in enumerate(perturbed)}
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(FIGSIZE["wide"][0], FIGSIZE["wide"][1] + 0.8))
+    controls = [c for c in curves if c.sigma_rel == 0]
     for c in curves:
-        ls = ":" if c.sigma_rel == 0 else "-"
-        ax.plot(c.steps, np.asarray(c.nll) - c.base_nll, ls=ls, marker=".",
-                label=rf"L{c.layer} $\sigma$={c.sigma_rel:g} s{c.seed}")
+        if c.sigma_rel > 0:
+            ax.plot(c.steps, np.asarray(c.nll) - c.base_nll, color=colour[c.layer], lw=0.9)
+    for i, c in enumerate(controls):
+        ax.plot(c.steps, np.asarray(c.nll) - c.base_nll, ls=":", color="k", lw=1.2, marker=".",
+                label=rf"control (L{c.layer}, $\sigma$ = 0)" if i == 0 else None)
     ax.axhline(0, color="k", lw=0.8)
-    ax.set_yscale("symlog", linthresh=1e-3)
+    ax.set_yscale("symlog", linthresh=1e-2)
     ax.set_xlabel("fine-tuning step")
     ax.set_ylabel("NLL − baseline (nats)")
-    ax.legend(fontsize="small", ncol=2)
+    ax.set_title("(a) recovery curves", fontsize="medium")
+    prof = r.ablation
+    imp = prof[(prof.op == "neighbour_avg") & (prof.protocol == "large")].set_index("layer").dnll
+    xs = []
+    for layer in perturbed:
+        runs = [c for c in curves if c.layer == layer and c.sigma_rel > 0]
+        if layer not in imp.index or not runs:
+            continue
+        x = float(imp[layer])
+        xs.append(x)
+        for c in runs:
+            bx.scatter(x, c.steps_or_cap, s=22, color=colour[layer], alpha=0.85, zorder=3,
+                       facecolors="none" if c.recovered_at is None else colour[layer])
+        bx.scatter(x, np.mean([c.steps_or_cap for c in runs]), marker="_", s=250, color="k", lw=1.5, zorder=4)
+    for cap in {c.cap for c in curves}:
+        bx.axhline(cap, color="0.6", ls="--", lw=0.8)
+    bx.set_xscale("symlog", linthresh=1e-2)
+    if xs and min(xs) > 0:
+        bx.set_xlim(min(xs) / 1.6, max(xs) * 1.6)
+    bx.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    bx.set_xlabel(r"neighbour-average $\Delta$NLL of the layer (nats)")
+    bx.set_ylabel("steps to recover (cap if censored)")
+    bx.set_title("(b) steps vs importance (bar: mean over seeds)", fontsize="medium")
+    handles = [plt.Line2D([], [], color=colour[x], lw=2, label=f"L{x}") for x in perturbed]
+    handles += ax.get_legend_handles_labels()[0]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 10), fontsize="small", frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
 
