@@ -52,6 +52,8 @@ CASES: tuple[Case, ...] = (
     Case(label="coupling C4-Fig1a (19 models, gpu)", kind="correlation", n=19, unit="models", effect=0.8),
     Case(label="anatomy adaptive token budget (looks at 8, 16, 32 documents)", kind="sequential", n=32,
          unit="documents", effect=0.6),
+    Case(label="anatomy A9 recovery steps vs importance (8 layers, mean of 3 seeds)", kind="correlation", n=8,
+         unit="layers", effect=0.8),
     # diversity chapter, cpu profile: 128 test examples per task and readout, 31 truncation depths
     Case(label="diversity D3 partial r(Bias, Div | Omega) (128 examples)", kind="partial_omega", n=128,
          unit="examples", effect=0.3),
