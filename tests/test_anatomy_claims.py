@@ -156,6 +156,13 @@ def test_a9_steps_or_cap_rank_correlation():
     assert rules.a9_claim(few, imp).verdict == "inconclusive"  # 4 layers: p >= 1/24
     assert rules.a9_claim(_curves({i: [200] for i in range(5)}), imp).verdict == "inconclusive"
     assert rules.a9_claim([], imp).verdict == "inconclusive"
+    assert "0 of 30 runs censored" in c.note and "control" not in c.note
+    cap = _curves({i: [10 * i + s if i < 8 else 200 for s in range(3)] for i in range(10)})
+    assert "6 of 30 runs censored" in rules.a9_claim(cap, imp).note
+    ctl = [_run(5, 0.0, [1.0, 0.8, 0.7], seed=s) for s in range(2)]
+    noted = rules.a9_claim(good, imp, controls=ctl)
+    assert noted.verdict == c.verdict and noted.ours == c.ours  # the control annotates, never decides
+    assert "σ = 0 control: -0.3 nats at step 2 (mean of 2)" in noted.note and "adaptation" in noted.note
 
 
 def test_a10_quality_margin_and_every_other_strategy():

@@ -67,7 +67,8 @@ def claims(result: AnatomyResult) -> list[Claim]:
                            f"{rho:.2f}", verdict="not testable offline",
                       note="the paper's body is not public; both operators are run, and their agreement is shown"))
     imp = prof[(prof.op == "neighbour_avg") & (prof.protocol == "large")].set_index("layer").dnll.to_dict()
-    rows.append(a9_claim([c for c in r.curves if c.sigma_rel > 0], imp, seed=P.seed))
+    rows.append(a9_claim([c for c in r.curves if c.sigma_rel > 0], imp, seed=P.seed,
+                         controls=[c for c in r.curves if c.sigma_rel == 0]))
     rows.append(a10_claim(r.manipulation, r.manipulation_docs, margin_pct=P.quality_margin_pct))
     rows += structure_claims(r.structure, r.structure_null)
     rows.append(missing(id="A13", claim="GTT proof of concept: 2.1× lower loss with 37% fewer steps",
