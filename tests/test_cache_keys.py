@@ -54,3 +54,23 @@ def test_the_trained_family_is_not_keyed_by_how_chapters_read_it():
     assert "layerlab.training.family" in closure
     assert "layerlab.training.regime" not in closure
     assert not [m for m in closure if m.startswith("layerlab.chapters")]
+
+
+PRESENTATION = ("claims", "claims_training", "export", "family_plots", "plots", "prose", "rules")
+
+
+@pytest.mark.parametrize("chapter", ["residual", "anatomy", "coupling", "diversity", "atlas", "growth",
+                                     "calibration"])
+def test_a_chapter_result_is_not_keyed_by_its_claims_prose_or_plots(chapter):
+    """The computation of a chapter is keyed by the code that computes it, and not by the code that reads
+    the result: editing a claim rule, a generated sentence or a figure re-renders the page from the cached
+    result instead of recomputing it (anatomy: 9 min). ``from package import module`` would pull in the
+    package ``__init__`` and with it every module of the chapter, so the computing modules import their
+    siblings by full name."""
+    from layerlab.core.fingerprints import module_closure
+
+    closure = module_closure(f"layerlab.chapters.{chapter}.run")
+    own = f"layerlab.chapters.{chapter}"
+    assert f"{own}.run" in closure and own not in closure
+    leaked = [m for m in closure if m.startswith("layerlab.chapters.") and m.rsplit(".", 1)[-1] in PRESENTATION]
+    assert not leaked, f"the {chapter} result would be recomputed after an edit to {leaked}"

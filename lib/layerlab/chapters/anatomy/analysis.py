@@ -129,7 +129,7 @@ def run_ablation(preset: AnatomyPreset, model, tokenizer) -> tuple[pd.DataFrame,
     operators on the 10 sentences (protocol "sentences", bootstrap over sentences). Returns (profile,
     extras): extras["large"/"small"] from :func:`layerlab.chapters.anatomy.budget.adaptive_profile`,
     extras["sentences"] the sentences' EvalResult."""
-    from layerlab.chapters.anatomy import budget
+    import layerlab.chapters.anatomy.budget as budget
 
     calib = windows(preset, tokenizer, "validation", preset.calib_tokens)
     mc = ablation.mean_contributions(model, calib.input_ids, batch_size=preset.batch_size)
@@ -162,7 +162,7 @@ def run_ablation(preset: AnatomyPreset, model, tokenizer) -> tuple[pd.DataFrame,
 # ---------------------------------------------------------------- weight generation and manipulation
 def run_replacement(preset: AnatomyPreset, model, tokenizer) -> ablation.EvalResult:
     """Predicted-weight replacement (teacher and generated modes) and matched-norm random controls."""
-    from layerlab.chapters.anatomy import budget
+    import layerlab.chapters.anatomy.budget as budget
     from layerlab.core import arch
 
     ids, groups = budget.doc_sample(preset, tokenizer, preset.replacement_tokens, window=preset.sample_window,
@@ -205,7 +205,7 @@ def run_manipulation(preset: AnatomyPreset, model, tokenizer, redundant: list[in
     targets = {f"L{layer}": [layer] for layer in preset.manip_single if layer < L}
     targets.update({"spread": [x for x in preset.manip_spread if x < L], "redundant": list(redundant),
                     "all": list(range(L))})
-    from layerlab.chapters.anatomy import budget
+    import layerlab.chapters.anatomy.budget as budget
 
     ids, groups = budget.doc_sample(preset, tokenizer, preset.manip_tokens, window=preset.sample_window,
                                     seed=preset.seed + 3)
@@ -238,7 +238,7 @@ def run_recovery(preset: AnatomyPreset, model, tokenizer) -> list[recovery.Recov
     from layerlab.core import arch
 
     L = arch.view(model).n_layers
-    from layerlab.chapters.anatomy import budget
+    import layerlab.chapters.anatomy.budget as budget
 
     _, rec_docs = budget.pool_windows(preset, tokenizer, window=preset.window)  # train documents outside the pool
     every = windows(preset, tokenizer, "train", None, window=preset.recovery_window)

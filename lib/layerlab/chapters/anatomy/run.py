@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from layerlab.chapters.anatomy import analysis as an
+import layerlab.chapters.anatomy.analysis as an
 from layerlab.chapters.anatomy.presets import AnatomyPreset
 from layerlab.core import arch, hub
 from layerlab.core.cache import cached

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from layerlab.chapters.atlas import analysis as an
-from layerlab.chapters.atlas import measure
+import layerlab.chapters.atlas.analysis as an
+import layerlab.chapters.atlas.measure as measure
 from layerlab.chapters.atlas.presets import AtlasPreset
 from layerlab.core.arch import view
 from layerlab.core.cache import cached

@@ -20,9 +20,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from layerlab.chapters.coupling import depth as cd
-from layerlab.chapters.coupling import members as cm
-from layerlab.chapters.coupling import stats as cs
+import layerlab.chapters.coupling.depth as cd
+import layerlab.chapters.coupling.members as cm
+import layerlab.chapters.coupling.stats as cs
 from layerlab.chapters.coupling.presets import CouplingPreset, fig1a_table
 from layerlab.core import hub, models
 from layerlab.core import jacobians as jac

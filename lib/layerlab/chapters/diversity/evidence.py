@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from layerlab.chapters.diversity import analysis as da
+import layerlab.chapters.diversity.analysis as da
 from layerlab.metrics import diversity as dv
 from layerlab.metrics import infotheory as it
 from layerlab.report.inference import Evidence, held_out_peak_drop
