@@ -215,3 +215,18 @@ def test_recovery_control_sentence_follows_the_control():
     text = _recovery_control(flat)
     assert "measures repair" in text and "adapting" not in text and "between -0.001 and 0.001" in text
     assert "No σ = 0 control" in _recovery_control(SimpleNamespace(curves=hurt))
+
+
+def test_recovery_design_sentence_reads_the_preset_and_the_runs():
+    from types import SimpleNamespace
+
+    from layerlab.chapters.anatomy import preset
+    from layerlab.chapters.anatomy.prose import _recovery_design
+
+    P = preset("cpu")
+    runs = [_run(layer, 0.5, [1.5, 1.2, 0.99 if layer != 11 else 1.1], seed=s) for layer in (2, 11) for s in (0, 1)]
+    text = _recovery_design(SimpleNamespace(preset=P, curves=runs + [_run(11, 0.0, [1.0, 0.9, 0.8])]))
+    assert text.startswith("2 layers (2, 11) × 2 seed(s)") and f"lr {P.recovery_lr:g}" in text
+    assert f"cap {P.recovery_steps} steps" in text and "2 of 4 perturbed runs recovered" in text
+    assert "ends at its recovery step" in text  # cpu stops a run at recovery
+    assert "ends at" not in _recovery_design(SimpleNamespace(preset=preset("cpu", recovery_stop=False), curves=runs))

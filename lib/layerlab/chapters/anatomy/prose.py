@@ -57,6 +57,24 @@ def _predicted_vs_zero(r: AnatomyResult) -> str:
             f"{r2:.3f}): the predictions carry something a zeroed layer does not.")
 
 
+def _recovery_design(r: AnatomyResult) -> str:
+    """The recovery design of this build and how many perturbed runs recovered within the cap (A9)."""
+    P, curves = r.preset, [c for c in r.curves if c.sigma_rel > 0]
+    layers = sorted({c.layer for c in curves})
+    seeds = sorted({c.seed for c in curves})
+    ended = sum(1 for c in curves if c.recovered_at is not None)
+    sig = ", ".join(f"{s:g}" for s in P.recovery_sigmas)
+    text = (f"{len(layers)} layers ({', '.join(map(str, layers))}) × {len(seeds)} seed(s) (each seed draws the "
+            f"noise and the batch order); σ_rel = {sig}, {' and '.join(P.recovery_kinds)} noise; "
+            f"{' and '.join(P.recovery_scopes)} scope; AdamW at lr {P.recovery_lr:g} on batches of "
+            f"{P.recovery_batch} × {P.recovery_window} tokens; evaluated every {P.recovery_eval_every} steps on "
+            f"up to {P.recovery_eval_tokens} validation tokens; cap {P.recovery_steps} steps. "
+            f"{ended} of {len(curves)} perturbed runs recovered within the cap")
+    if P.recovery_stop:
+        text += "; a perturbed run ends at its recovery step, the σ = 0 control runs to the cap"
+    return text + "."
+
+
 def _recovery_control(r: AnatomyResult) -> str:
     """What the σ = 0 control says about the recovery steps: does fine-tuning alone move held-out NLL?"""
     ctl = [c for c in r.curves if c.sigma_rel == 0]
@@ -151,6 +169,7 @@ def sentences(r: AnatomyResult, rows: list[Claim]) -> dict[str, str]:
     """Every data-dependent sentence of the page: {name: sentence}."""
     return {"model_label": model_label(r.preset.model), "delta_pairs": _delta_pairs(r),
             "predicted_vs_zero": _predicted_vs_zero(r), "recovery_control": _recovery_control(r),
+            "rec_design": _recovery_design(r),
             "a10_alternatives": _a10_alternatives(r, r.preset.quality_margin_pct),
             "ablation_operators": _ablation_operators(r), "budget": _budget(r), "change_mind": _change_mind(rows)}
 

@@ -151,7 +151,7 @@ def _compute(P: AnatomyPreset) -> AnatomyResult:
 
     curves = an.run_recovery(P, model, tok)
     rec = an.recovery_table(curves)
-    numbers.update(rec_cap=int(P.recovery_steps), rec_n=int(len(rec)), rec_design=_recovery_design(P, curves),
+    numbers.update(rec_cap=int(P.recovery_steps), rec_n=int(len(rec)),
                    compute_min=(an.timings(W, man_res) + abl["large"]["seconds"] + abl["small"]["seconds"]) / 60)
 
     sent = abl["sentences"]
@@ -169,24 +169,6 @@ def _compute(P: AnatomyPreset) -> AnatomyResult:
         first_look={**abl["large"]["first_values"], **abl["small"]["first_values"]},
         agreement=agree, manipulation=man,
         manipulation_docs=an.per_document(man_res), redundant=redundant, curves=curves, recovery=rec, numbers=numbers)
-
-
-def _recovery_design(P: AnatomyPreset, curves: list[RecoveryCurve]) -> str:
-    """The recovery design of this build, as one glued sentence (A9)."""
-    layers = sorted({c.layer for c in curves if c.sigma_rel > 0})
-    seeds = sorted({c.seed for c in curves if c.sigma_rel > 0})
-    ended = sum(1 for c in curves if c.sigma_rel > 0 and c.recovered_at is not None)
-    n = sum(1 for c in curves if c.sigma_rel > 0)
-    sig = ", ".join(f"{s:g}" for s in P.recovery_sigmas)
-    text = (f"{len(layers)} layers ({', '.join(map(str, layers))}) × {len(seeds)} seed(s) (each seed draws the "
-            f"noise and the batch order); σ_rel = {sig}, {' and '.join(P.recovery_kinds)} noise; "
-            f"{' and '.join(P.recovery_scopes)} scope; AdamW at lr {P.recovery_lr:g} on batches of "
-            f"{P.recovery_batch} × {P.recovery_window} tokens; evaluated every {P.recovery_eval_every} steps on "
-            f"up to {P.recovery_eval_tokens} validation tokens; cap {P.recovery_steps} steps. "
-            f"{ended} of {n} perturbed runs recovered within the cap")
-    if P.recovery_stop:
-        text += "; a perturbed run ends at its recovery step, the σ = 0 control runs to the cap"
-    return text + "."
 
 
 def _weight_numbers(W: dict) -> dict[str, Any]:
