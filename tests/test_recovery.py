@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from layerlab.core.models import tiny_model
+from layerlab.core import arch, residual
+from layerlab.core.models import TINY_FAMILIES, tiny_model
 from layerlab.metrics import recovery as R
 
 
@@ -79,6 +80,40 @@ def test_stop_at_recovery_ends_the_run_at_the_same_step_with_the_same_curve():
     control = R.recovery_run(m, 1, stop_at_recovery=True, **{**kw, "sigma_rel": 0.0})
     assert control.steps == [0] and control.recovered_at == 0  # at the baseline from the start: nothing to train
     assert _same(m, before)
+
+
+@pytest.mark.parametrize("family", list(TINY_FAMILIES))
+def test_the_frozen_prefix_is_the_captured_block_input_and_runs_no_later_block(family):
+    m = tiny_model(family, seed=1)
+    ids = _ids(2, t=9)
+    logits, cap = residual.run_with_capture(m, ids, ("block_in",))
+    v = arch.view(m)
+    for layer in range(v.n_layers):
+        calls: list[int] = []
+        hooks = [b.block.register_forward_pre_hook(lambda mod, a, i=i, c=calls: c.append(i))
+                 for i, b in enumerate(v.blocks)]
+        try:
+            (h,) = R._prefix(m, ids, layer, 8)
+        finally:
+            for hk in hooks:
+                hk.remove()
+        assert torch.equal(h, cap["block_in"][layer])  # bit for bit
+        assert calls == list(range(layer + 1))  # block ``layer`` is entered (its input read), none after it
+        assert torch.equal(arch.suffix_forward(m, h, layer), logits)
+    assert all(not b.block._forward_pre_hooks for b in v.blocks)  # no hook left behind
+    with pytest.raises(ValueError, match="out of range"):
+        R._prefix(m, ids, v.n_layers, 8)
+
+
+def test_a_shared_baseline_gives_the_same_run_bit_for_bit():
+    m = tiny_model("llama")
+    ids, ev = _ids(8), _ids(4, seed=1)
+    kw = dict(train_ids=ids, eval_ids=ev, sigma_rel=1.0, lr=3e-3, steps=6, eval_every=2, batch_size=2, seed=1)
+    base = R.baseline_nll(m, ev, eval_batch_size=8)
+    for layer, scope in ((0, "layer"), (2, "layer"), (2, "all")):
+        own = R.recovery_run(m, layer, scope=scope, **kw)
+        shared = R.recovery_run(m, layer, scope=scope, base_nll=base, **kw)
+        assert own.base_nll == base and shared.to_dict() == own.to_dict()
 
 
 def test_recovery_vs_importance_and_errors():

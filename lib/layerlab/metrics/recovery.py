@@ -23,7 +23,6 @@ import torch
 from torch import Tensor
 
 from layerlab.core import arch
-from layerlab.core.residual import capture
 from layerlab.metrics.ablation import window_nll
 
 KINDS: tuple[str, ...] = ("additive", "multiplicative")
@@ -108,27 +107,59 @@ def _eval_nll(model: torch.nn.Module, ids: Tensor, start: int, prefix: list[Tens
     return float(torch.cat(out).mean())
 
 
+class _StopForward(Exception):
+    """Raised by :func:`_block_input`'s hook once block ``layer`` has its input."""
+
+
+def _block_input(model: torch.nn.Module, ids: Tensor, layer: int) -> Tensor:
+    """The input of block ``layer`` [B, T, d] for ``ids`` [B, T], running only blocks < ``layer``: bit-identical
+    to ``residual.capture``'s ``block_in`` of a full forward (the same operations on the same batch), without
+    the blocks after it, the final norm or the unembedding. (Kept here rather than in ``core.arch``: every
+    cached result, the trained family included, is keyed by ``core.arch``'s source.)"""
+    mv = arch.view(model)
+    layer = mv.check_layer(layer)
+    got: list[Tensor] = []
+
+    def hook(module, args, kwargs):
+        got.append(args[0] if args else kwargs["hidden_states"])
+        raise _StopForward
+
+    handle = mv.blocks[layer].block.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        model(input_ids=ids, use_cache=False)
+    except _StopForward:
+        pass
+    finally:
+        handle.remove()
+    if not got:
+        raise RuntimeError(f"block {layer} was never called in the forward pass; cannot read its input")
+    return got[0]
+
+
 @torch.no_grad()
 def _prefix(model: torch.nn.Module, ids: Tensor, layer: int, bs: int) -> list[Tensor]:
     """Clean inputs of block ``layer`` per batch (valid while blocks < layer are frozen and unperturbed)."""
-    out = []
-    for i in range(0, ids.shape[0], bs):
-        with capture(model, points=("block_in",), layers=[layer]) as cap:
-            model(ids[i:i + bs])
-        out.append(cap["block_in"][0])
-    return out
+    return [_block_input(model, ids[i:i + bs], layer) for i in range(0, ids.shape[0], bs)]
+
+
+def baseline_nll(model: torch.nn.Module, eval_ids: Tensor, *, eval_batch_size: int = 8) -> float:
+    """The unperturbed model's NLL (nats per token) on ``eval_ids`` [N, T]: the level a run must get back to.
+    Computed once, it can be passed to every :func:`recovery_run` on the same evaluation windows."""
+    return _eval_nll(model, eval_ids.to(next(model.parameters()).device), 0, None, eval_batch_size)
 
 
 def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_ids: Tensor, sigma_rel: float = 0.5,
                  kind: str = "additive", scope: str = "layer", lr: float = 1e-4, steps: int = 200,
                  eval_every: int = 10, batch_size: int = 4, eval_batch_size: int = 8, seed: int = 0,
-                 tol_pct: float = 0.0, weight_decay: float = 0.0, stop_at_recovery: bool = False) -> RecoveryCurve:
+                 tol_pct: float = 0.0, weight_decay: float = 0.0, stop_at_recovery: bool = False,
+                 base_nll: float | None = None) -> RecoveryCurve:
     """Perturb ``layer``, fine-tune ``scope`` with AdamW on ``train_ids`` [N, T], evaluate on ``eval_ids``.
 
     The model is returned unchanged. With scope ``"layer"`` the frozen prefix (blocks < layer) is computed
     once and only blocks ≥ layer run forward and backward. ``seed`` drives the noise and the batch order.
     ``stop_at_recovery``: end the run at the first evaluation at or below the baseline (the recovery step is
-    then known; the curve ends there and ``auc`` is the mean excess over the evaluated steps).
+    then known; the curve ends there and ``auc`` is the mean excess over the evaluated steps). ``base_nll``: the
+    unperturbed model's NLL on ``eval_ids`` from :func:`baseline_nll` (computed here when None).
 
     Protocol of spec anatomy.md section 3.7 (Wietrzykowski (arXiv:2603.19348), finding 3).
     """
@@ -144,7 +175,7 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
     use_prefix = scope == "layer" and layer > 0
     device = next(model.parameters()).device
     train_ids, eval_ids = train_ids.to(device), eval_ids.to(device)  # [N, T] each, on the model's device
-    base = _eval_nll(model, eval_ids, 0, None, eval_batch_size)
+    base = _eval_nll(model, eval_ids, 0, None, eval_batch_size) if base_nll is None else float(base_nll)
     flags = [(p, p.requires_grad) for p in model.parameters()]
     snapshot = [(p, p.detach().clone()) for p in train_params]
     rng = np.random.default_rng(seed)

@@ -253,13 +253,14 @@ def run_recovery(preset: AnatomyPreset, model, tokenizer) -> list[recovery.Recov
 
     def compute():
         curves = []
+        base = recovery.baseline_nll(model, ev.input_ids, eval_batch_size=preset.batch_size)  # shared by every run
         for layer, s, k, sc, seed in runs:
             t0 = time.perf_counter()
             c = recovery.recovery_run(model, layer, train_ids=train.input_ids, eval_ids=ev.input_ids, sigma_rel=s,
                                       kind=k, scope=sc, lr=preset.recovery_lr, steps=preset.recovery_steps,
                                       eval_every=preset.recovery_eval_every, batch_size=preset.recovery_batch,
                                       eval_batch_size=preset.batch_size, seed=seed,
-                                      stop_at_recovery=preset.recovery_stop and s > 0)
+                                      stop_at_recovery=preset.recovery_stop and s > 0, base_nll=base)
             curves.append({**c.to_dict(), "seconds": time.perf_counter() - t0})
         return curves
 
