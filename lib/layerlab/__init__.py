@@ -88,6 +88,7 @@ GROUPS: dict[str, dict[str, tuple[str, str]]] = {
         "manipulation_interventions": ("layerlab.metrics.manipulation", "manipulation_interventions"),
         "perturb": ("layerlab.metrics.recovery", "perturb"),
         "recovery_run": ("layerlab.metrics.recovery", "recovery_run"),
+        "baseline_nll": ("layerlab.metrics.recovery", "baseline_nll"),
         "RecoveryCurve": ("layerlab.metrics.recovery", "RecoveryCurve"),
     },
     "Weights and predictability": {

@@ -144,7 +144,10 @@ def _prefix(model: torch.nn.Module, ids: Tensor, layer: int, bs: int) -> list[Te
 
 def baseline_nll(model: torch.nn.Module, eval_ids: Tensor, *, eval_batch_size: int = 8) -> float:
     """The unperturbed model's NLL (nats per token) on ``eval_ids`` [N, T]: the level a run must get back to.
-    Computed once, it can be passed to every :func:`recovery_run` on the same evaluation windows."""
+    Computed once, it can be passed to every :func:`recovery_run` on the same evaluation windows.
+
+    Spec anatomy.md section 3.7 (Wietrzykowski (arXiv:2603.19348), finding 3): recovery = back to this NLL.
+    """
     return _eval_nll(model, eval_ids.to(next(model.parameters()).device), 0, None, eval_batch_size)
 
 
