@@ -88,11 +88,17 @@ def test_predictability_table_with_nulls():
 
 def test_generation_modes_and_matched_norm_control():
     st = {"a": _stack(), "b": _stack(seed=1)}
+    before = {c: v.clone() for c, v in st.items()}
     t = P.predict_layers(st, [5, 6], mode="teacher")
     gen = P.predict_layers(st, [5, 6], mode="generated")
     assert torch.equal(t[5]["a"], gen[5]["a"]) and not torch.equal(t[6]["a"], gen[6]["a"])
     th = P.fit_lags(P.gram(st["a"]), (1,), range(8))
     assert torch.allclose(gen[6]["a"], th[0] * gen[5]["a"] + th[1], atol=1e-12)
+    assert torch.allclose(t[6]["a"], th[0] * st["a"][5] + th[1], atol=1e-12)  # teacher: the real layer 5
+    assert all(torch.equal(st[c], before[c]) for c in st)  # neither mode writes into the caller's stacks
+    st32 = {c: v.float() for c, v in st.items()}
+    g32 = P.predict_layers(st32, [5, 6], mode="generated")
+    assert g32[6]["a"].dtype == torch.float32 and all(torch.equal(st32[c], before[c].float()) for c in st)
     w = {"m": torch.randn(5, 7, dtype=torch.float64)}
     r = P.matched_norm_random(w, seed=0)["m"]
     assert torch.allclose(r.norm(dim=1), w["m"].norm(dim=1), atol=1e-12)

@@ -244,11 +244,13 @@ def predict_layers(stacks: dict[str, Tensor], layers: Sequence[int], *, mode: st
             raise ValueError(f"layer {layers[0]} has no lag-{max(lags)} predecessor")
         theta = thetas[comp] if thetas is not None else fit_lags(
             gram(st), lags, fit_layers if fit_layers is not None else range(n), lam)
-        cur = st.to(torch.float64).clone()
+        src = st.to(torch.float64)  # [L, ...] converted once (the stack itself when it is float64)
+        if mode == "generated":
+            src = src.clone()  # predictions overwrite their layers in this copy, never in the caller's stack
         for layer in layers:
-            src = cur if mode == "generated" else st.to(torch.float64)
             pred = sum(theta[j] * src[layer - lag] for j, lag in enumerate(lags)) + theta[-1]
-            cur[layer] = pred
+            if mode == "generated":
+                src[layer] = pred
             out[layer][comp] = pred.to(st.dtype)
     return out
 
