@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from layerlab.core import arch
-from layerlab.core.models import tiny_model
+from layerlab.core.models import TINY_FAMILIES, tiny_model
 from layerlab.core.residual import capture
 from layerlab.metrics import ablation as A
 
@@ -116,6 +116,31 @@ def test_prefix_cached_sweep_equals_naive_bit_for_bit(family):
     for k in cached.nll:
         assert np.array_equal(cached.nll[k], naive.nll[k]), k
     assert np.array_equal(cached.base, naive.base)
+
+
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+def test_sentences_batched_with_padding_equal_one_sentence_at_a_time(family):
+    """The token-level protocol right-pads sentences of different lengths into shared batches; every real
+    token's NLL, the sentence groups and the geometry equal running each sentence alone (float64)."""
+    m = tiny_model(family, dtype=torch.float64)
+    g = torch.Generator().manual_seed(3)
+    sents = [torch.randint(0, 259, (n,), generator=g) for n in (9, 3, 17, 2, 12)]
+    ivs = A.sweep_interventions(m, A.OPERATORS, mean_contrib=A.mean_contributions(m, _ids(n=4, seed=1)))
+    for prefix_cache in (True, False):
+        got = A.evaluate_interventions(m, sents, ivs, batch_size=2, prefix_cache=prefix_cache, geometry=True)
+        alone = [A.evaluate_interventions(m, s[None], ivs, batch_size=1, prefix_cache=prefix_cache, geometry=True,
+                                          _token_level=True) for s in sents]
+        assert got.n_tokens == sum(len(s) - 1 for s in sents) == len(got.base)
+        assert np.array_equal(got.groups, np.concatenate([np.full(len(s) - 1, i) for i, s in enumerate(sents)]))
+        np.testing.assert_allclose(got.base, np.concatenate([r.base for r in alone]), rtol=0, atol=1e-12)
+        for iv in ivs:
+            np.testing.assert_allclose(got.nll[iv.name], np.concatenate([r.nll[iv.name] for r in alone]),
+                                       rtol=0, atol=1e-12, err_msg=iv.name)
+        w = np.array([len(s) for s in sents], dtype=np.float64)
+        np.testing.assert_allclose(got.block_influence, np.average([r.block_influence for r in alone], axis=0,
+                                                                   weights=w), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(got.angular_distance, np.mean([r.angular_distance for r in alone], axis=0),
+                                   rtol=0, atol=1e-12)
 
 
 def test_mean_ablation_writes_the_mean_contribution():

@@ -12,6 +12,7 @@ All weight edits happen inside context managers that restore the original tensor
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -266,7 +267,8 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
         for i, ids in enumerate(input_ids):
             validate.model_ids(model, torch.as_tensor(ids).reshape(1, -1), where="evaluate_interventions",
                                name=f"sentence {i}", min_tokens=2)
-        return _evaluate_sentences(model, input_ids, interventions, prefix_cache=prefix_cache, geometry=geometry)
+        return _evaluate_sentences(model, input_ids, interventions, batch_size=batch_size,
+                                   prefix_cache=prefix_cache, geometry=geometry)
     if not _token_level:
         validate.model_ids(model, input_ids, where="evaluate_interventions", min_tokens=2)
     mv = arch.view(model)
@@ -314,27 +316,63 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
 
 
 def _evaluate_sentences(model: torch.nn.Module, sentences: Sequence[Tensor], interventions: Sequence[Intervention],
-                        *, prefix_cache: bool, geometry: bool) -> EvalResult:
-    """Token-level variant for variable-length sequences (e.g. the 10-sentence protocol): each sequence
-    [T_i] runs as its own batch; entries are per-token NLLs, ``groups`` holds the sequence index, so a
-    grouped bootstrap resamples sentences and the mean is the pooled token mean (spec 3.2)."""
-    parts, groups = [], []
-    geo = []
-    for i, ids in enumerate(sentences):
-        ids = torch.as_tensor(ids).reshape(1, -1)
-        r = evaluate_interventions(model, ids, interventions, batch_size=1, prefix_cache=prefix_cache,
-                                   geometry=geometry, _token_level=True)
-        parts.append(r)
-        groups.append(np.full(ids.shape[1] - 1, i))
-        geo.append(ids.shape[1])
-    res = EvalResult(base=np.concatenate([p.base for p in parts]),
-                     nll={k: np.concatenate([p.nll[k] for p in parts]) for k in parts[0].nll},
-                     n_tokens=sum(p.n_tokens for p in parts), groups=np.concatenate(groups))
+                        *, batch_size: int, prefix_cache: bool, geometry: bool) -> EvalResult:
+    """Token-level variant for variable-length sequences (e.g. the 10-sentence protocol): up to
+    ``batch_size`` sequences of similar length run as one batch, right-padded to the longest, and only
+    each sequence's own T_i − 1 next-token NLLs are kept. Exact: under the causal mask no position
+    attends to a later one and positions are unchanged, so padding cannot change a real token's logits
+    (equal to one sequence at a time up to float summation order; tested on every family). Entries are
+    per-token NLLs in sentence order, ``groups`` holds the sequence index, so a grouped bootstrap
+    resamples sentences and the mean is the pooled token mean (spec 3.2). Geometry: Block Influence
+    pooled over every real token, angular distance at each sequence's own last token, averaged."""
+    seqs = [torch.as_tensor(s).reshape(-1) for s in sentences]
+    lens = [int(s.numel()) for s in seqs]
+    names = [iv.name for iv in interventions]
+    n_layers = arch.view(model).n_layers
+    base: dict[int, np.ndarray] = {}
+    out: dict[str, dict[int, np.ndarray]] = {n: {} for n in names}
+    bi_sum = torch.zeros(n_layers, dtype=torch.float64)
+    ang_sum = torch.zeros(n_layers, dtype=torch.float64)
+    order = sorted(range(len(seqs)), key=lambda i: lens[i])  # similar lengths share a batch (less padding)
+    for c in range(0, len(order), batch_size):
+        chunk = order[c:c + batch_size]
+        n_of = torch.tensor([lens[i] for i in chunk])  # [B]
+        T = int(n_of.max())
+        ids = torch.stack([torch.cat([seqs[i], seqs[i][-1:].expand(T - lens[i])]) for i in chunk])  # [B, T]
+        real = torch.arange(T)[None, :] < n_of[:, None]  # [B, T] real (unpadded) positions
+
+        geo = functools.partial(_padded_geometry, n_of=n_of, sums=(bi_sum, ang_sum)) if geometry else None
+        r = evaluate_interventions(model, ids, interventions, batch_size=len(chunk), prefix_cache=prefix_cache,
+                                   on_batch=geo, _token_level=True)
+        scored = real[:, 1:].reshape(-1).numpy()  # [B·(T−1)]: next-token NLLs of real targets only
+        cut = np.cumsum([lens[i] - 1 for i in chunk])[:-1]
+        for i, part in zip(chunk, np.split(r.base[scored], cut)):
+            base[i] = part
+        for n in names:
+            for i, part in zip(chunk, np.split(r.nll[n][scored], cut)):
+                out[n][i] = part
+    every = range(len(seqs))
+    res = EvalResult(base=np.concatenate([base[i] for i in every]),
+                     nll={n: np.concatenate([out[n][i] for i in every]) for n in names},
+                     n_tokens=sum(n - 1 for n in lens),
+                     groups=np.concatenate([np.full(lens[i] - 1, i) for i in every]))
     if geometry:
-        w = np.asarray(geo, dtype=np.float64)
-        res.block_influence = np.average([p.block_influence for p in parts], axis=0, weights=w)
-        res.angular_distance = np.mean([p.angular_distance for p in parts], axis=0)
+        res.block_influence = (bi_sum / sum(lens)).numpy()
+        res.angular_distance = (ang_sum / len(seqs)).numpy()
     return res
+
+
+def _padded_geometry(_start: int, _ids: Tensor, _logits: Tensor, cap: Mapping[str, Tensor], *, n_of: Tensor,
+                     sums: tuple[Tensor, Tensor]) -> None:
+    """Add a right-padded batch's Block Influence summed over its real tokens and its last real tokens'
+    angular distance /π to ``sums`` (``n_of`` [B]: each row's real length)."""
+    x_in, x_out = cap["block_in"], cap["block_out"]  # [L, B, T, d]
+    real = torch.arange(x_in.shape[2])[None, :] < n_of[:, None]  # [B, T]
+    bi, _ = block_geometry(x_in, x_out)  # [L, B, T]
+    sums[0].add_((bi.cpu() * real).sum(dim=(1, 2)))
+    rows, last = torch.arange(x_in.shape[1]), (n_of - 1).to(x_in.device)
+    _, angle = block_geometry(x_in[:, rows, last, None], x_out[:, rows, last, None])  # [L, B]
+    sums[1].add_(angle.sum(dim=1).cpu() / math.pi)
 
 
 def sweep_interventions(model: torch.nn.Module, operators: Sequence[str], layers: Sequence[int] | None = None, *,
