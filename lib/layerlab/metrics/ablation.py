@@ -317,61 +317,44 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
 
 def _evaluate_sentences(model: torch.nn.Module, sentences: Sequence[Tensor], interventions: Sequence[Intervention],
                         *, batch_size: int, prefix_cache: bool, geometry: bool) -> EvalResult:
-    """Token-level variant for variable-length sequences (e.g. the 10-sentence protocol): up to
-    ``batch_size`` sequences of similar length run as one batch, right-padded to the longest, and only
-    each sequence's own T_i − 1 next-token NLLs are kept. Exact: under the causal mask no position
-    attends to a later one and positions are unchanged, so padding cannot change a real token's logits
-    (equal to one sequence at a time up to float summation order; tested on every family). Entries are
-    per-token NLLs in sentence order, ``groups`` holds the sequence index, so a grouped bootstrap
-    resamples sentences and the mean is the pooled token mean (spec 3.2). Geometry: Block Influence
-    pooled over every real token, angular distance at each sequence's own last token, averaged."""
+    """Token-level variant for variable-length sequences (e.g. the 10-sentence protocol): up to ``batch_size``
+    sequences of similar length run as one batch, right-padded, keeping each one's own T_i − 1 next-token NLLs
+    (exact: under the causal mask no position attends to a later one; tested on every family). Entries are
+    per-token NLLs in sentence order, ``groups`` the sequence index (a grouped bootstrap resamples sentences;
+    the mean is the pooled token mean, spec 3.2). Geometry: BI pooled over real tokens, angle at each last token."""
     seqs = [torch.as_tensor(s).reshape(-1) for s in sentences]
     lens = [int(s.numel()) for s in seqs]
-    names = [iv.name for iv in interventions]
-    n_layers = arch.view(model).n_layers
-    base: dict[int, np.ndarray] = {}
-    out: dict[str, dict[int, np.ndarray]] = {n: {} for n in names}
-    bi_sum = torch.zeros(n_layers, dtype=torch.float64)
-    ang_sum = torch.zeros(n_layers, dtype=torch.float64)
+    parts: dict[int, dict[str, np.ndarray]] = {}  # sentence -> {"" (clean) or intervention name: [T_i − 1]}
+    sums = torch.zeros(2, arch.view(model).n_layers, dtype=torch.float64)  # [BI summed over tokens, angle/π]
     order = sorted(range(len(seqs)), key=lambda i: lens[i])  # similar lengths share a batch (less padding)
     for c in range(0, len(order), batch_size):
         chunk = order[c:c + batch_size]
         n_of = torch.tensor([lens[i] for i in chunk])  # [B]
-        T = int(n_of.max())
-        ids = torch.stack([torch.cat([seqs[i], seqs[i][-1:].expand(T - lens[i])]) for i in chunk])  # [B, T]
-        real = torch.arange(T)[None, :] < n_of[:, None]  # [B, T] real (unpadded) positions
-
-        geo = functools.partial(_padded_geometry, n_of=n_of, sums=(bi_sum, ang_sum)) if geometry else None
+        ids = torch.stack([torch.cat([seqs[i], seqs[i][-1:].expand(int(n_of.max()) - lens[i])]) for i in chunk])
+        geo = functools.partial(_padded_geometry, n_of=n_of, sums=sums) if geometry else None
         r = evaluate_interventions(model, ids, interventions, batch_size=len(chunk), prefix_cache=prefix_cache,
-                                   on_batch=geo, _token_level=True)
-        scored = real[:, 1:].reshape(-1).numpy()  # [B·(T−1)]: next-token NLLs of real targets only
+                                   on_batch=geo, _token_level=True)  # ids: [B, T] right-padded
+        scored = (torch.arange(1, ids.shape[1])[None, :] < n_of[:, None]).reshape(-1).numpy()  # real targets
         cut = np.cumsum([lens[i] - 1 for i in chunk])[:-1]
-        for i, part in zip(chunk, np.split(r.base[scored], cut)):
-            base[i] = part
-        for n in names:
-            for i, part in zip(chunk, np.split(r.nll[n][scored], cut)):
-                out[n][i] = part
-    every = range(len(seqs))
-    res = EvalResult(base=np.concatenate([base[i] for i in every]),
-                     nll={n: np.concatenate([out[n][i] for i in every]) for n in names},
-                     n_tokens=sum(n - 1 for n in lens),
-                     groups=np.concatenate([np.full(lens[i] - 1, i) for i in every]))
-    if geometry:
-        res.block_influence = (bi_sum / sum(lens)).numpy()
-        res.angular_distance = (ang_sum / len(seqs)).numpy()
-    return res
+        for name, v in [("", r.base), *r.nll.items()]:
+            for i, part in zip(chunk, np.split(v[scored], cut)):
+                parts.setdefault(i, {})[name] = part
+    every = [parts[i] for i in range(len(seqs))]
+    geo = ((sums[0] / sum(lens)).numpy(), (sums[1] / len(seqs)).numpy()) if geometry else (None, None)
+    return EvalResult(base=np.concatenate([p[""] for p in every]), n_tokens=sum(n - 1 for n in lens),
+                      nll={iv.name: np.concatenate([p[iv.name] for p in every]) for iv in interventions},
+                      groups=np.concatenate([np.full(n - 1, i) for i, n in enumerate(lens)]),
+                      block_influence=geo[0], angular_distance=geo[1])
 
 
 def _padded_geometry(_start: int, _ids: Tensor, _logits: Tensor, cap: Mapping[str, Tensor], *, n_of: Tensor,
-                     sums: tuple[Tensor, Tensor]) -> None:
-    """Add a right-padded batch's Block Influence summed over its real tokens and its last real tokens'
-    angular distance /π to ``sums`` (``n_of`` [B]: each row's real length)."""
+                     sums: Tensor) -> None:
+    """Add a right-padded batch's BI over its real tokens (``n_of`` [B]) and last-token angle/π to ``sums`` [2, L]."""
     x_in, x_out = cap["block_in"], cap["block_out"]  # [L, B, T, d]
-    real = torch.arange(x_in.shape[2])[None, :] < n_of[:, None]  # [B, T]
     bi, _ = block_geometry(x_in, x_out)  # [L, B, T]
-    sums[0].add_((bi.cpu() * real).sum(dim=(1, 2)))
-    rows, last = torch.arange(x_in.shape[1]), (n_of - 1).to(x_in.device)
-    _, angle = block_geometry(x_in[:, rows, last, None], x_out[:, rows, last, None])  # [L, B]
+    sums[0].add_((bi.cpu() * (torch.arange(x_in.shape[2])[None, :] < n_of[:, None])).sum(dim=(1, 2)))
+    last = (torch.arange(x_in.shape[1]), (n_of - 1).to(x_in.device))  # each row's last real position
+    _, angle = block_geometry(x_in[:, last[0], last[1], None], x_out[:, last[0], last[1], None])  # [L, B]
     sums[1].add_(angle.sum(dim=1).cpu() / math.pi)
 
 
