@@ -340,11 +340,11 @@ def _evaluate_sentences(model: torch.nn.Module, sentences: Sequence[Tensor], int
             for i, part in zip(chunk, np.split(v[scored], cut)):
                 parts.setdefault(i, {})[name] = part
     every = [parts[i] for i in range(len(seqs))]
-    geo = ((sums[0] / sum(lens)).numpy(), (sums[1] / len(seqs)).numpy()) if geometry else (None, None)
+    bi, ang = ((sums[0] / sum(lens)).numpy(), (sums[1] / len(seqs)).numpy()) if geometry else (None, None)
     return EvalResult(base=np.concatenate([p[""] for p in every]), n_tokens=sum(n - 1 for n in lens),
                       nll={iv.name: np.concatenate([p[iv.name] for p in every]) for iv in interventions},
                       groups=np.concatenate([np.full(n - 1, i) for i, n in enumerate(lens)]),
-                      block_influence=geo[0], angular_distance=geo[1])
+                      block_influence=bi, angular_distance=ang)
 
 
 def _padded_geometry(_start: int, _ids: Tensor, _logits: Tensor, cap: Mapping[str, Tensor], *, n_of: Tensor,
@@ -353,7 +353,7 @@ def _padded_geometry(_start: int, _ids: Tensor, _logits: Tensor, cap: Mapping[st
     x_in, x_out = cap["block_in"], cap["block_out"]  # [L, B, T, d]
     bi, _ = block_geometry(x_in, x_out)  # [L, B, T]
     sums[0].add_((bi.cpu() * (torch.arange(x_in.shape[2])[None, :] < n_of[:, None])).sum(dim=(1, 2)))
-    last = (torch.arange(x_in.shape[1]), (n_of - 1).to(x_in.device))  # each row's last real position
+    last = (torch.arange(x_in.shape[1], device=x_in.device), (n_of - 1).to(x_in.device))  # last real positions
     _, angle = block_geometry(x_in[:, last[0], last[1], None], x_out[:, last[0], last[1], None])  # [L, B]
     sums[1].add_(angle.sum(dim=1).cpu() / math.pi)
 
