@@ -74,3 +74,17 @@ def test_a_chapter_result_is_not_keyed_by_its_claims_prose_or_plots(chapter):
     assert f"{own}.run" in closure and own not in closure
     leaked = [m for m in closure if m.startswith("layerlab.chapters.") and m.rsplit(".", 1)[-1] in PRESENTATION]
     assert not leaked, f"the {chapter} result would be recomputed after an edit to {leaked}"
+
+
+@pytest.mark.parametrize("chapter", ["residual", "anatomy", "coupling", "diversity", "atlas", "growth"])
+def test_a_chapter_result_is_not_keyed_by_the_shared_verdict_rules_or_the_claim_table(chapter):
+    """The shared rules (``report.verdicts``), the claim records and their rendering (``report.claims``)
+    and the calibration scenarios read results; none computes one. The anatomy profile had them in its
+    key through ``report.sequential``, which held the sequential design's calibration scenario: an
+    edit to the claim table's rendering recomputed 16 minutes of anatomy. (The calibration chapter is
+    exempt: it computes the rules' error rates, so the rules are its inputs.)"""
+    from layerlab.core.fingerprints import module_closure
+
+    closure = module_closure(f"layerlab.chapters.{chapter}.run")
+    readers = {"layerlab.report.claims", "layerlab.report.verdicts", "layerlab.report.calibration"}
+    assert not readers & set(closure), f"the {chapter} result is keyed by {sorted(readers & set(closure))}"

@@ -13,7 +13,7 @@ units (seeds, prompts, documents), a correlation over units, and the peak-then-d
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ import numpy as np
 from layerlab.report.inference import Evidence, correlation, held_out_peak_drop, mean_effect
 from layerlab.report.verdicts import Band, Direction, Equivalence
 
-__all__ = ["Calibration", "Scenario", "calibrate", "naive_peak_drop", "scenario"]
+__all__ = ["Calibration", "Scenario", "calibrate", "naive_peak_drop", "scenario", "sequential_scenario"]
 
 Rule = Direction | Band | Equivalence
 
@@ -124,10 +124,24 @@ def _builtin_scenario(kind: str, *, n: int, unit: str, effect: float, sd: float 
                         n=n, unit=unit, effect_size=f"fall {effect:g}", null=curves(0.0), effect=curves(effect),
                         evidence=ev)
     if kind == "sequential":  # the adaptive-budget design (layerlab.report.sequential)
-        from layerlab.report.sequential import sequential_scenario
-
         return sequential_scenario(n=n, unit=unit, effect=effect, sd=sd)
     raise ValueError(f"unknown scenario kind {kind!r}: use 'paired', 'correlation', 'peak_drop' or 'sequential'")
+
+
+def sequential_scenario(*, n: int, unit: str, effect: float, sd: float = 1.0, looks: Sequence[int] | None = None):
+    """The calibration scenario of a sequential design with its last look at ``n`` units (looks at n/4,
+    n/2, n by default, alpha split 1/4, 1/4, 1/2; the anatomy chapter's design): per-unit values
+    N(0, sd) under the null and N(effect, sd) under the effect, stopping as soon as 0 leaves the
+    repeated interval."""
+    from layerlab.report.sequential import SequentialDesign, run_sequential
+
+    looks = tuple(looks) if looks is not None else (max(2, n // 4), max(3, n // 2), n)
+    design = SequentialDesign(looks=looks, weights=(0.25, 0.25, 0.5) if len(looks) == 3 else None)
+    return Scenario(name=f"sequential paired mean ({design.name}), sd {sd:g}", n=n, unit=unit,
+                    effect_size=f"mean {effect:g}", null=lambda r: r.normal(0.0, sd, n),
+                    effect=lambda r: r.normal(effect, sd, n),
+                    evidence=lambda d, s: run_sequential(d, design, thresholds=(0.0,), unit=unit, seed=s,
+                                                         n_perm=1000)[0])
 
 
 # --------------------------------------------------------------------------------------------------

@@ -16,7 +16,9 @@ rule, so the book can spend more units exactly where an answer is still open.
 sequential test) and the repeated confidence interval of the last look (level ``1 - alpha * w_k``).
 :func:`settled` says whether that interval has left every decision threshold (a tier boundary, a
 null), the stopping rule of the adaptive token budgets of the anatomy chapter.
-:func:`sequential_scenario` is the design as a calibration scenario (kind ``"sequential"``).
+The design as a calibration scenario (kind ``"sequential"``) is
+:func:`layerlab.report.calibration.sequential_scenario`; it lives there so that the cache key of a
+result computed with this module (the anatomy ablation profile) does not include the verdict rules.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 
 from layerlab.report.inference import Evidence, mean_effect
 
-__all__ = ["SequentialDesign", "run_sequential", "sequential_mean", "sequential_scenario", "settled"]
+__all__ = ["SequentialDesign", "run_sequential", "sequential_mean", "settled"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,19 +130,3 @@ def naive_sequential(values: Any, looks: Sequence[int], *, unit: str = "units", 
             break
     assert ev is not None
     return ev
-
-
-def sequential_scenario(*, n: int, unit: str, effect: float, sd: float = 1.0, looks: Sequence[int] | None = None):
-    """The calibration scenario of a sequential design with its last look at ``n`` units (looks at n/4,
-    n/2, n by default, alpha split 1/4, 1/4, 1/2; the anatomy chapter's design): per-unit values
-    N(0, sd) under the null and N(effect, sd) under the effect, stopping as soon as 0 leaves the
-    repeated interval."""
-    from layerlab.report.calibration import Scenario
-
-    looks = tuple(looks) if looks is not None else (max(2, n // 4), max(3, n // 2), n)
-    design = SequentialDesign(looks=looks, weights=(0.25, 0.25, 0.5) if len(looks) == 3 else None)
-    return Scenario(name=f"sequential paired mean ({design.name}), sd {sd:g}", n=n, unit=unit,
-                    effect_size=f"mean {effect:g}", null=lambda r: r.normal(0.0, sd, n),
-                    effect=lambda r: r.normal(effect, sd, n),
-                    evidence=lambda d, s: run_sequential(d, design, thresholds=(0.0,), unit=unit, seed=s,
-                                                         n_perm=1000)[0])
