@@ -1,4 +1,5 @@
 import math
+from html.parser import HTMLParser
 
 import pytest
 
@@ -146,3 +147,63 @@ def test_what_would_change_follows_each_verdict():
     assert "**A** (supported): its interval \\[0.1, 0.5\\] over 12 documents clears the null" in text
     assert "**B** (inconclusive): undecided at 12 documents" in text
     assert "no GPU" in text and "**I**" not in text
+
+
+class _Cells(HTMLParser):
+    """The claim table's text per claim (one <tbody> each): {"main": [cell texts], "detail": text,
+    "rowspan": the verdict cell's rowspan}."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self._cell, self._where = [], None, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tbody":
+            self.rows.append({"main": [], "detail": "", "rowspan": None})
+        elif tag == "tr" and self.rows:
+            self._where = "detail" if a.get("class") == "claim-detail" else "main"
+        elif tag in ("td", "th") and self.rows:
+            self._cell = ""
+            if a.get("class") == "claim-verdict":
+                self.rows[-1]["rowspan"] = a.get("rowspan")
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None and self.rows:
+            if self._where == "main":
+                self.rows[-1]["main"].append(self._cell)
+            else:
+                self.rows[-1]["detail"] += self._cell
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+
+def test_render_gives_each_claim_two_lines_with_every_field():
+    """The first line holds id, claim, estimate, CI, n (unit) and the verdict (spanning both lines); the
+    second the paper's value with its tag, the null or control, the rule and the note, so that no long
+    text is squeezed into a narrow column."""
+    rows = [claims.Claim(id="A1", claim="a < b", paper="R² = 0.91", tag="paper", ours=0.12345, ci_low=0.1,
+                         ci_high=0.2, null="0: template & noise", verdict="supported", note="q 0.1 & k 0.2",
+                         unit="documents", n=8, rule="direction: effect > 0"),
+            claims.Claim(id="A4", claim="c", paper="p", tag="reconstructed", ours=None, ci_low=None, ci_high=None,
+                         null="—", verdict="not testable offline", note="needs the hub")]
+    p = _Cells()
+    p.feed(claims.render(rows).to_html())
+    body = p.rows
+    assert len(body) == 2
+    a1, a4 = body
+    assert a1["main"] == ["A1", "a < b", "0.123", "[0.1, 0.2]", "8 documents", "supported"]
+    assert a1["rowspan"] == "2"
+    for part in ("Paper", "[paper]", "R² = 0.91", "Null / control", "0: template & noise",
+                 "Rule", "direction: effect > 0", "Note", "q 0.1 & k 0.2"):
+        assert part in a1["detail"]
+    assert a4["main"] == ["A4", "c", "—", "—", "—", "not testable offline"]
+    assert "Rule" not in a4["detail"] and "needs the hub" in a4["detail"]
+    no_n = _Cells()
+    no_n.feed(claims.render([claims.Claim(**{**rows[0].to_dict(), "n": None})]).to_html())
+    assert len(no_n.rows[0]["main"]) == 5 and "n (unit)" not in claims.render(
+        [claims.Claim(**{**rows[0].to_dict(), "n": None})]).to_html()
+    assert "A1" in repr(claims.render(rows))  # plain-text view

@@ -12,13 +12,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from html import escape
 from typing import Any
 
 import pandas as pd
 
 __all__ = [
     "COLUMNS",
+    "MAIN_COLUMNS",
     "Claim",
+    "ClaimTable",
     "TAGS",
     "VERDICTS",
     "claim_table",
@@ -196,21 +199,71 @@ VERDICT_COLOURS = {
 """Background of the verdict cell per verdict (light: readable in both themes with dark text)."""
 
 
-def render(claims: Iterable[Claim], digits: int = 3) -> Any:
-    """The claim table as the book shows it: a pandas Styler with no index, HTML-escaped text (a claim
-    such as "rho < 0" keeps its "<"), full cell text wrapped, and the verdict cell coloured."""
-    table = claim_table(claims, digits)
+#: Columns of the rendered table's first line (the rest of a claim is its second line).
+MAIN_COLUMNS = ("id", "claim", "ours", "95% CI", "n (unit)", "verdict")
 
-    def colour(v: str) -> str:
-        return f"background-color: {VERDICT_COLOURS.get(v, '')}; color: #000; font-weight: bold"
 
-    return (
-        table.style.format(escape="html")
-        .hide(axis="index")
-        .map(colour, subset=["verdict"])
-        .set_properties(**{"white-space": "normal", "text-align": "left", "vertical-align": "top"})
-        .set_table_attributes('class="claim-table"')
-    )
+@dataclass(frozen=True)
+class ClaimTable:
+    """The claim table as the book shows it (:func:`render`): two lines per claim, so that the long
+    texts (the paper's value, the null or control, the note, the rule) run across the width of the
+    table instead of down narrow columns. First line: id, claim, our estimate, its 95% CI, n (unit)
+    and the verdict (coloured, spanning both lines); second line: the paper's value with its
+    provenance tag, the null or control, the rule and the note. ``data`` is :func:`claim_table` (the
+    plain-text view, and what tests compare)."""
+
+    claims: tuple[Claim, ...]
+    data: pd.DataFrame
+    units: tuple[tuple[str, str], ...] = ()
+
+    def to_html(self) -> str:
+        units = dict(self.units)
+        has_n = any(c.n is not None for c in self.claims)
+        cols = [c for c in MAIN_COLUMNS if has_n or c != "n (unit)"]
+        head = "".join(f'<th class="claim-{_slug(c)}" scope="col">{escape(c)}</th>' for c in cols)
+        width = "".join(f'<col class="claim-{_slug(c)}">' for c in cols)
+        body = []
+        for c, row in zip(self.claims, self.data.to_dict("records")):
+            ours = row["ours"] if row["ours"] == "—" else f"{row['ours']} {units.get(c.id, '')}".strip()
+            cells = [f'<th class="claim-id" scope="row">{escape(c.id)}</th>',
+                     f'<td class="claim-claim">{escape(c.claim)}</td>',
+                     f'<td class="claim-ours">{escape(ours)}</td>',
+                     f'<td class="claim-ci">{escape(row["95% CI"])}</td>']
+            if has_n:
+                cells.append(f'<td class="claim-n">{escape(row["n (unit)"])}</td>')
+            colour = VERDICT_COLOURS.get(c.verdict, "")
+            cells.append(f'<td class="claim-verdict" rowspan="2" style="background-color: {colour}; color: #000">'
+                         f"{escape(c.verdict)}</td>")
+            detail = [f'<span class="claim-label">Paper</span> <span class="claim-tag">[{escape(c.tag)}]</span> '
+                      f"{escape(c.paper)}",
+                      f'<span class="claim-label">Null / control</span> {escape(c.null)}']
+            if c.rule:
+                detail.append(f'<span class="claim-label">Rule</span> {escape(c.rule)}')
+            if c.note:
+                detail.append(f'<span class="claim-label">Note</span> {escape(c.note)}')
+            lines = "".join(f"<div>{d}</div>" for d in detail)
+            body.append(f'<tbody class="claim-row"><tr class="claim-main">{"".join(cells)}</tr>'
+                        f'<tr class="claim-detail"><td></td><td colspan="{len(cols) - 2}">{lines}</td></tr></tbody>')
+        return (f'<table class="claim-table"><colgroup>{width}</colgroup><thead><tr>{head}</tr></thead>'
+                f'{"".join(body)}</table>')
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def __repr__(self) -> str:
+        return self.data.to_string(index=False)
+
+
+def _slug(column: str) -> str:
+    return {"95% CI": "ci", "n (unit)": "n"}.get(column, column)
+
+
+def render(claims: Iterable[Claim], digits: int = 3, *, units: dict[str, str] | None = None) -> ClaimTable:
+    """The claim table as the book shows it (:class:`ClaimTable`): HTML-escaped text (a claim such as
+    "rho < 0" keeps its "<"), no index column, two lines per claim, the verdict cell coloured.
+    ``units``: {claim id: unit} appended to that row's estimate (e.g. ``{"G3": "%"}``)."""
+    claims = tuple(claims)
+    return ClaimTable(claims=claims, data=claim_table(claims, digits), units=tuple((units or {}).items()))
 
 
 def key_findings(claims: Iterable[Claim]) -> str:

@@ -157,6 +157,4 @@ def claims(result: GrowthResult) -> list[Claim]:
 
 def table(rows: list[Claim]):
     """The claim table with each estimate's unit next to it (:data:`UNITS`)."""
-    st = render(rows)
-    st.data["ours"] = [o if o == "—" else f"{o} {UNITS.get(c.id, '')}".strip() for o, c in zip(st.data["ours"], rows)]
-    return st
+    return render(rows, units={c.id: UNITS[c.id] for c in rows if c.id in UNITS})
