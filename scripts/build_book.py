@@ -560,6 +560,31 @@ def build(
     return run_jupyter_book(output, toc_path, log=log, executed_dir=executed_dir, profile=profile)
 
 
+def sync_static(source: Path, html: Path) -> list[str]:
+    """Copy every file of the book's ``html_static_path`` whose built copy is missing or differs into
+    ``html/_static``; returns their paths relative to ``_static``. Sphinx copies static files only when
+    it writes at least one page, so an edit to ``book/_static/layerlab.css`` alone would otherwise never
+    reach the built book."""
+    config = yaml.safe_load((source / "_config.yml").read_text()) or {}
+    dirs = config.get("sphinx", {}).get("config", {}).get("html_static_path", [])
+    out = html / "_static"
+    changed: list[str] = []
+    for d in dirs:
+        root = source / d
+        for f in sorted(root.rglob("*")):
+            rel = f.relative_to(root)
+            if not f.is_file() or any(part.startswith(".") for part in rel.parts):
+                continue
+            dest = out / rel
+            if not dest.exists() or dest.read_bytes() != f.read_bytes():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                tmp = dest.with_name(f".{dest.name}.tmp")
+                shutil.copyfile(f, tmp)
+                tmp.replace(dest)
+                changed.append(str(rel))
+    return changed
+
+
 def run_jupyter_book(source: Path, toc_path: Path, *, log: Log | None = None,
                      executed_dir: Path | None = None, profile: str = "") -> Path:
     """``jupyter-book build`` with warnings as errors; raise BuildError with the log tail on failure."""
@@ -591,6 +616,9 @@ def run_jupyter_book(source: Path, toc_path: Path, *, log: Log | None = None,
         tail = "\n".join(text.strip().splitlines()[-40:])
         raise BuildError(f"jupyter-book build failed (exit {proc.returncode}):\n{tail}")
     html = source / "_build" / "html"
+    stale = sync_static(source, html)
+    if stale:
+        log(f"html: {len(stale)} static file(s) updated ({', '.join(stale[:3])}{', ...' if len(stale) > 3 else ''})")
     seconds = time.perf_counter() - t0
     if executed_dir is not None:
         save_timing(executed_dir, key, seconds)

@@ -34,6 +34,8 @@ figure { margin: 0; break-inside: avoid; } figure img { width: 100%; max-height:
 figcaption { font-size: 8pt; color: #444; }
 table { border-collapse: collapse; font-size: 7.5pt; width: 100%; break-inside: auto; }
 th, td { border: 0.5pt solid #bbb; padding: 1.5pt 3pt; vertical-align: top; text-align: left; }
+tbody.claim-row { break-inside: avoid; } tr.claim-main > * { border-bottom: none; }
+tr.claim-detail td { border-top: none; font-size: 0.92em; color: #444; } .claim-label { font-weight: 600; }
 tr { break-inside: avoid; } footer { margin-top: 6pt; font-size: 7.5pt; color: #666; }
 """
 

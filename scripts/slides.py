@@ -106,7 +106,8 @@ def _output_cell(data: dict, slide: str = "-") -> nbformat.NotebookNode:
 # Slides are 960 x 700: claim tables and captions are set small, figures fit the height.
 STYLE = ("<style>.reveal .jp-OutputArea table, .reveal table { font-size: 0.5em; } "
          ".reveal .jp-OutputArea img { max-height: 470px; } .reveal p.caption, .reveal em.caption "
-         "{ font-size: 0.5em; } .reveal h1 { font-size: 1.7em; } .reveal h3 { text-transform: none; }</style>")
+         "{ font-size: 0.5em; } .reveal tr.claim-detail td { font-size: 0.85em; color: #444; } "
+         ".reveal h1 { font-size: 1.7em; } .reveal h3 { text-transform: none; }</style>")
 
 
 def deck_notebook(content) -> nbformat.NotebookNode:

@@ -298,3 +298,23 @@ def test_a_chapter_edit_reexecutes_only_that_chapter():
         own = f"layerlab.chapters.{name}"
         others = [m for m in mods if m.startswith("layerlab.chapters.") and not m.startswith(own)]
         assert not others, f"{name}'s notebook key depends on other chapters: {others}"
+
+
+def test_an_edit_to_a_static_file_reaches_the_built_book(tmp_path):
+    """Sphinx copies html_static_path only when it writes a page, so a CSS-only edit used to stay out of
+    the built book (and its PDF); ``sync_static`` copies what differs, atomically, and nothing else."""
+    config = {"sphinx": {"config": {"html_static_path": ["book/_static"]}}}
+    (tmp_path / "_config.yml").write_text(yaml.safe_dump(config))
+    static = tmp_path / "book" / "_static"
+    (static / "vendor").mkdir(parents=True)
+    (static / "layerlab.css").write_text("table { width: 100%; }")
+    (static / "vendor" / "a.js").write_text("x")
+    (static / ".hidden").write_text("never copied")
+    html = tmp_path / "_build" / "html"
+    assert sorted(bb.sync_static(tmp_path, html)) == ["layerlab.css", "vendor/a.js"]
+    assert not (html / "_static" / ".hidden").exists()
+    assert bb.sync_static(tmp_path, html) == []  # nothing differs: nothing copied
+    (static / "layerlab.css").write_text("table { width: 90%; }")
+    assert bb.sync_static(tmp_path, html) == ["layerlab.css"]
+    assert (html / "_static" / "layerlab.css").read_text() == "table { width: 90%; }"
+    assert not list((html / "_static").glob(".*.tmp"))
