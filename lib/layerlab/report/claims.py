@@ -209,12 +209,16 @@ class ClaimTable:
     texts (the paper's value, the null or control, the note, the rule) run across the width of the
     table instead of down narrow columns. First line: id, claim, our estimate, its 95% CI, n (unit)
     and the verdict (coloured, spanning both lines); second line: the paper's value with its
-    provenance tag, the null or control, the rule and the note. ``data`` is :func:`claim_table` (the
-    plain-text view, and what tests compare)."""
+    provenance tag, the null or control, the rule and the note. ``data`` is :func:`claim_table`."""
 
     claims: tuple[Claim, ...]
-    data: pd.DataFrame
+    digits: int = 3
     units: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def data(self) -> pd.DataFrame:
+        """:func:`claim_table` of the claims (the plain-text view; what tests compare)."""
+        return claim_table(self.claims, self.digits)
 
     def to_html(self) -> str:
         units = dict(self.units)
@@ -262,8 +266,9 @@ def render(claims: Iterable[Claim], digits: int = 3, *, units: dict[str, str] | 
     """The claim table as the book shows it (:class:`ClaimTable`): HTML-escaped text (a claim such as
     "rho < 0" keeps its "<"), no index column, two lines per claim, the verdict cell coloured.
     ``units``: {claim id: unit} appended to that row's estimate (e.g. ``{"G3": "%"}``)."""
-    claims = tuple(claims)
-    return ClaimTable(claims=claims, data=claim_table(claims, digits), units=tuple((units or {}).items()))
+    table = ClaimTable(claims=tuple(claims), digits=digits, units=tuple((units or {}).items()))
+    table.data  # noqa: B018  (validates the claims now: empty or duplicate ids fail here, not when shown)
+    return table
 
 
 def key_findings(claims: Iterable[Claim]) -> str:
