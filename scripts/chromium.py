@@ -46,8 +46,10 @@ READY_JS = """
   const needsMath = !!document.querySelector('.math, script[src*="mathjax" i], script[src*="tex-" i]');
   let mathjax = 'absent';
   if (needsMath) {
-    const loaded = await until(() => window.MathJax && window.MathJax.startup &&
-                                     window.MathJax.startup.promise, %(math_ms)d);
+    // a boolean: resolving with startup.promise itself would adopt it, so `loaded` would be its value
+    // (undefined) and a typeset page would be reported "not loaded"
+    const loaded = await until(() => !!(window.MathJax && window.MathJax.startup &&
+                                        window.MathJax.startup.promise), %(math_ms)d);
     if (loaded) { await window.MathJax.startup.promise; mathjax = 'typeset'; } else { mathjax = 'not loaded'; }
   }
   return mathjax;

@@ -228,3 +228,19 @@ def test_screenshots_writes_one_png_per_built_page(tmp_path):
     for p in pngs:
         head = p.read_bytes()[:24]
         assert head[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(head[16:20], "big") == 800
+
+
+def test_a_page_whose_mathjax_has_started_is_reported_typeset(tmp_path):
+    """``Page.open`` reports "typeset" once MathJax's startup promise resolves (it resolves to undefined,
+    as MathJax 3's does), "not loaded" when MathJax never appears, "absent" on a page without maths."""
+    require_chromium()
+    started = ("<html><body><p class='math'>x</p><script>window.MathJax = {startup: {promise: "
+               "new Promise(r => setTimeout(r, 100))}};</script></body></html>")
+    (tmp_path / "started.html").write_text(started)
+    (tmp_path / "never.html").write_text("<html><body><p class='math'>x</p></body></html>")
+    (tmp_path / "plain.html").write_text("<html><body><p>no maths</p></body></html>")
+    with chromium.Browser(width=800) as browser:
+        page = browser.new_page()
+        assert page.open(tmp_path / "started.html", math_timeout_s=5) == "typeset"
+        assert page.open(tmp_path / "never.html", math_timeout_s=0.3) == "not loaded"
+        assert page.open(tmp_path / "plain.html") == "absent"
