@@ -142,11 +142,27 @@ def test_what_would_change_follows_each_verdict():
             claims.Claim(id="C", claim="x", paper="x", tag="paper", ours=None, ci_low=None, ci_high=None, null="—",
                          verdict="inconclusive", note="not computed: no GPU"),
             claims.Claim(id="I", claim="x", paper="x", tag="identity", ours=0.0, ci_low=None, ci_high=None,
-                         null="—", verdict="supported")]
+                         null="—", verdict="supported"),
+            claims.Claim(id="D", verdict="supported", **{**base, "null": "-0.5 under the null",
+                                                          "rule": "band [0.2, 0.6]"}),
+            claims.Claim(id="E", verdict="contradicted", **{**base, "rule": "band [0.81, 1]"}),
+            claims.Claim(id="F", verdict="not testable offline", **{**base, "note": "another model"}),
+            claims.Claim(id="G", verdict="inconclusive", **{**base, "reading": "It depends on the readout: a, b."})]
     text = claims.what_would_change(rows)
     assert "**A** (supported): its interval \\[0.1, 0.5\\] over 12 documents clears the null" in text
     assert "**B** (inconclusive): undecided at 12 documents" in text
     assert "no GPU" in text and "**I**" not in text
+    # a row with a rule is judged against the rule, not its null (a band can sit on the null value)
+    ci = "its interval \\[0.1, 0.5\\] over 12 documents"
+    assert f"**D** (supported): {ci} meets the rule (band \\[0.2, 0.6\\])" in text
+    assert f"**E** (contradicted): {ci} fails the rule (band \\[0.81, 1\\])" in text
+    assert "**F** (not testable offline): not testable here: another model." in text
+    assert "undecided at" not in text.split("**F**")[1].split("**G**")[0]
+    # an undecided row says why (its rule's reading) and, when it depends on a setting, what would decide it
+    g = text.split("**G**")[1]
+    assert "It depends on the readout." in g and "a, b" not in g
+    assert "agreement of the settings" in g and "more documents" not in g
+    assert "**B** (inconclusive): undecided at 12 documents (interval \\[-0.1, 0.5\\]). Then more documents" in text
 
 
 class _Cells(HTMLParser):

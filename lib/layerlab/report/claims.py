@@ -320,26 +320,38 @@ def _md_escape(text: str) -> str:
 
 def what_would_change(claims: Iterable[Claim]) -> str:
     """The "What would change our mind" list a chapter ends with, generated from its claim table: for
-    each empirical row, what a replication would have to show to change its verdict (MyST bullets)."""
+    each empirical row, what a replication would have to show to change its verdict (MyST bullets).
+    A row with a named rule is judged against its rule (a band, a direction, a margin), not against
+    its null: "clears the null" would be false for a band rule such as "≈ −0.50 ± 0.05"."""
     lines = []
     for c in claims:
         if c.tag == "identity":
             continue
         n = f"{c.n} {c.unit}".strip() if c.n is not None else "the units measured"
+        units = c.unit or "units"
         ci = "" if c.ci_low is None else f" [{fmt(c.ci_low)}, {fmt(c.ci_high)}]"
-        if c.verdict == "supported":
-            text = (f"its interval{ci} over {n} clears the null ({c.null}); new {c.unit or 'units'} whose "
-                    "interval reached it, or a different protocol that moved the estimate, would undo the support.")
+        if c.verdict == "not testable offline":
+            text = f"not testable here: {c.note or 'the inputs it needs are not available offline'}."
+        elif c.verdict == "supported":
+            met = f"meets the rule ({c.rule})" if c.rule else f"clears the null ({c.null})"
+            text = (f"its interval{ci} over {n} {met}; new {units} that took the interval out of it, or a "
+                    "different protocol that moved the estimate, would undo the support.")
         elif c.verdict == "contradicted":
-            text = (f"its interval{ci} over {n} lies on the wrong side of the null ({c.null}); only evidence on "
-                    "the claimed side, not merely more units, would revive the claim.")
+            failed = (f"fails the rule ({c.rule}) with evidence the other way" if c.rule else
+                      f"lies on the wrong side of the null ({c.null})")
+            text = (f"its interval{ci} over {n} {failed}; only evidence on the claimed side, not merely more "
+                    f"{units}, would revive the claim.")
         elif c.verdict == "not supported":
-            text = (f"its interval{ci} over {n} excludes effects of the claimed size; an effect beyond the "
+            rule = f" ({c.rule})" if c.rule else ""
+            text = (f"its interval{ci} over {n} excludes effects of the claimed size{rule}; an effect beyond the "
                     "equivalence margin in a replication would reopen it.")
         elif c.ours is None:
             text = f"not computed here ({c.note or 'missing inputs'}); running it would decide it."
         else:
-            text = (f"undecided at {n}{' (interval' + ci + ')' if ci else ''}: more {c.unit or 'units'}, "
-                    "or a larger effect, would decide it.")
+            under = f" under the rule ({c.rule})" if c.rule else ""
+            why = f" {c.reading.split(': ', 1)[0].strip().rstrip('.')}." if c.reading else ""  # its first clause
+            remedy = ("agreement of the settings it depends on, not more units alone, would decide it."
+                      if "depends on" in c.reading.lower() else f"more {units}, or a larger effect, would decide it.")
+            text = f"undecided at {n}{' (interval' + ci + ')' if ci else ''}{under}.{why} Then {remedy}"
         lines.append(f"- **{c.id}** ({c.verdict}): {_md_escape(text)}")
     return "\n".join(lines) if lines else "- Every row is an identity: only a bug would change them."

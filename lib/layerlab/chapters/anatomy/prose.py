@@ -154,24 +154,13 @@ def _budget(r: AnatomyResult) -> str:
                             or "none") + ".")
 
 
-def _change_mind(rows: list[Claim]) -> str:
-    inc = [c.id for c in rows if c.verdict == "inconclusive"]
-    con = [c.id for c in rows if c.verdict == "contradicted"]
-    s = (f"Inconclusive rows ({', '.join(inc) or 'none'}) would be decided by more units of the kind their "
-         "row names: documents for perplexity effects, layers and seeds for recovery. ")
-    if con:
-        s += (f"The contradicted rows ({', '.join(con)}) would be overturned by the paper's own protocol "
-              "if its base model and text gave intervals on the other side of the same thresholds.")
-    return s
-
-
 def sentences(r: AnatomyResult, rows: list[Claim]) -> dict[str, str]:
     """Every data-dependent sentence of the page: {name: sentence}."""
     return {"model_label": model_label(r.preset.model), "delta_pairs": _delta_pairs(r),
             "predicted_vs_zero": _predicted_vs_zero(r), "recovery_control": _recovery_control(r),
             "rec_design": _recovery_design(r),
             "a10_alternatives": _a10_alternatives(r, r.preset.quality_margin_pct),
-            "ablation_operators": _ablation_operators(r), "budget": _budget(r), "change_mind": _change_mind(rows)}
+            "ablation_operators": _ablation_operators(r), "budget": _budget(r)}
 
 
 def tier_table(r: AnatomyResult) -> pd.DataFrame:

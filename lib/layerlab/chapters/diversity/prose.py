@@ -8,7 +8,7 @@ from layerlab.chapters.diversity.regime import regime
 from layerlab.chapters.diversity.result import DiversityResult
 from layerlab.report.claims import Claim
 
-__all__ = ["change_mind", "closing", "lm_sentence", "members_sentence", "sentences", "twins_sentence"]
+__all__ = ["closing", "lm_sentence", "members_sentence", "sentences", "twins_sentence"]
 
 
 def members_sentence(r: DiversityResult) -> str:
@@ -69,27 +69,7 @@ def closing(rows: list[Claim]) -> str:
             f"for any model and count as no finding. Of the {len(emp)} empirical claims, " + "; ".join(parts) + ".")
 
 
-def change_mind(rows: list[Claim]) -> str:
-    """What would change each empirical verdict, from its own numbers."""
-    out = []
-    for c in rows:
-        if c.tag == "identity":
-            continue
-        n = f"n = {c.n} {c.unit}" if c.n is not None else "no units"
-        if c.verdict == "supported":
-            out.append(f"{c.id}: a task or readout whose interval reaches the null ({n} now)")
-        elif c.verdict == "contradicted":
-            out.append(f"{c.id}: tasks or readouts where the estimate turns to the claimed side ({n} now)")
-        elif "depends on the readout" in c.reading:
-            out.append(f"{c.id}: the two readouts agreeing")
-        elif c.ours is None:
-            out.append(f"{c.id}: a task and readout above chance with the inputs it needs (see the row's note)")
-        else:
-            out.append(f"{c.id}: more examples or tasks that separate the estimate from the null ({n} now)")
-    return "; ".join(out) + "."
-
-
 def sentences(r: DiversityResult, rows: list[Claim]) -> dict[str, str]:
     """Every generated sentence of the page, for ``glue_values("div_text", ...)``."""
     return {"members": members_sentence(r), "lm": lm_sentence(r), "twins": twins_sentence(r),
-            "regime": regime(r.family_members)["sentence"], "closing": closing(rows), "change_mind": change_mind(rows)}
+            "regime": regime(r.family_members)["sentence"], "closing": closing(rows)}

@@ -10,9 +10,9 @@ import layerlab.chapters.growth.analysis as analysis
 from layerlab.chapters.growth.claims import CLAIM_FRACTION, MIN_EFFECT
 from layerlab.chapters.growth.claims import table as claim_table
 from layerlab.chapters.growth.run import GrowthResult
-from layerlab.report.claims import Claim, fmt
+from layerlab.report.claims import fmt
 
-__all__ = ["anti_sentence", "budget_sentence", "change_our_mind", "claim_table", "cost_sentence", "compact",
+__all__ = ["anti_sentence", "budget_sentence", "claim_table", "cost_sentence", "compact",
            "lr_sentence", "rule_numbers"]
 
 
@@ -71,26 +71,6 @@ def cost_sentence(result: GrowthResult) -> str:
             f"{fmt(np.mean(cs['cost_gtt_training']) / 1e12)} TFLOPs; the uniform run that orders GTT's phases adds "
             f"{fmt(run_f)} TFLOPs and the ablation sweep {fmt(sweep_f, 2)} TFLOPs, for a full cost of "
             f"{fmt(np.mean(cs['cost_gtt_full']) / 1e12)} TFLOPs.")
-
-
-def change_our_mind(rows: list[Claim]) -> str:
-    """One bullet per claim: the evidence that would change its verdict, from its interval and n."""
-    out = []
-    for c in rows:
-        if c.ours is None:
-            out.append(f"- **{c.id}**: the missing runs ({c.note.removeprefix('not computed: ')}).")
-            continue
-        ci = f"[{fmt(c.ci_low)}, {fmt(c.ci_high)}]" if c.ci_low is not None else "(no interval)"
-        if c.verdict == "supported":
-            what = "more seeds whose mean moved the one-sided p-value above 0.025"
-        elif c.verdict == "contradicted":
-            what = "more seeds, or a different GTT schedule, that moved the estimate to the claimed side"
-        elif c.verdict == "not supported":
-            what = "seeds that pushed the interval beyond the equivalence margin"
-        else:
-            what = f"more seeds than {c.n} (the exact test's smallest p-value is 2^-n) or a larger effect"
-        out.append(f"- **{c.id}** ({c.verdict}; {fmt(c.ours)}, 95% CI {ci}, n = {c.n} {c.unit}): {what}.")
-    return "\n".join(out)
 
 
 def compact(df, digits: int = 3):
