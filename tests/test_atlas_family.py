@@ -44,6 +44,16 @@ def test_compare_labels_learned_architectural_and_undecided():
     fa = SimpleNamespace(pairs=df.reset_index())
     aa = _family_row("AA", fa, learned=False)
     assert aa.ci_low is not None and aa.ci_low <= aa.ours <= aa.ci_high
+    # the family rows are two-sided tests and say so (a negative largest effect under "effect > 0" misread)
+    af = _family_row("AF", fa, learned=True)
+    for r in (aa, af):
+        assert r.rule.startswith("two-sided sign-flip: effect ≠ 0; any of") and "effect > 0" not in r.rule
+        assert "claimed direction" not in r.reading
+    neg = df.reset_index().assign(rho_init=lambda t: -t.rho_init, init_low=lambda t: -t.init_high,
+                                  init_high=lambda t: -t.init_low, p_init_greater=df.reset_index().p_init_less,
+                                  p_init_less=df.reset_index().p_init_greater)
+    aa_neg = _family_row("AA", SimpleNamespace(pairs=neg), learned=False)
+    assert aa_neg.ours < 0 and aa_neg.verdict == aa.verdict == "supported"
     # the opposite effect is "weakened", not "strengthened"
     flipped = compare(_results(init), _results(trained)).set_index(["a", "b"])
     assert flipped.loc[("skip", "coupling"), "label"] == "learned: weakened"

@@ -147,11 +147,12 @@ def test_what_would_change_follows_each_verdict():
                                                           "rule": "band [0.2, 0.6]"}),
             claims.Claim(id="E", verdict="contradicted", **{**base, "rule": "band [0.81, 1]"}),
             claims.Claim(id="F", verdict="not testable offline", **{**base, "note": "another model"}),
+            claims.Claim(id="H", verdict="supported", **{**base, "ci_low": None, "ci_high": None}),
             claims.Claim(id="G", verdict="inconclusive", **{**base, "reading": "It depends on the readout: a, b."})]
     text = claims.what_would_change(rows)
     assert "**A** (supported): its interval \\[0.1, 0.5\\] over 12 documents clears the null" in text
     assert "**B** (inconclusive): undecided at 12 documents" in text
-    assert "no GPU" in text and "**I**" not in text
+    assert "not computed here (no GPU)" in text and "**I**" not in text
     # a row with a rule is judged against the rule, not its null (a band can sit on the null value)
     ci = "its interval \\[0.1, 0.5\\] over 12 documents"
     assert f"**D** (supported): {ci} meets the rule (band \\[0.2, 0.6\\])" in text
@@ -159,6 +160,7 @@ def test_what_would_change_follows_each_verdict():
     assert "**F** (not testable offline): not testable here: another model." in text
     assert "undecided at" not in text.split("**F**")[1].split("**G**")[0]
     # an undecided row says why (its rule's reading) and, when it depends on a setting, what would decide it
+    assert "**H** (supported): its estimate 0.3 (no interval) over 12 documents clears the null" in text
     g = text.split("**G**")[1]
     assert "It depends on the readout." in g and "a, b" not in g
     assert "agreement of the settings" in g and "more documents" not in g

@@ -330,23 +330,26 @@ def what_would_change(claims: Iterable[Claim]) -> str:
         n = f"{c.n} {c.unit}".strip() if c.n is not None else "the units measured"
         units = c.unit or "units"
         ci = "" if c.ci_low is None else f" [{fmt(c.ci_low)}, {fmt(c.ci_high)}]"
+        its = f"its interval{ci}" if ci else f"its estimate {fmt(c.ours)} (no interval)"
         if c.verdict == "not testable offline":
             text = f"not testable here: {c.note or 'the inputs it needs are not available offline'}."
         elif c.verdict == "supported":
             met = f"meets the rule ({c.rule})" if c.rule else f"clears the null ({c.null})"
-            text = (f"its interval{ci} over {n} {met}; new {units} that took the interval out of it, or a "
-                    "different protocol that moved the estimate, would undo the support.")
+            away = "out of the rule" if c.rule else "to the null"
+            text = (f"{its} over {n} {met}; new {units} that moved it {away}, or a different protocol that moved "
+                    "the estimate, would undo the support.")
         elif c.verdict == "contradicted":
             failed = (f"fails the rule ({c.rule}) with evidence the other way" if c.rule else
                       f"lies on the wrong side of the null ({c.null})")
-            text = (f"its interval{ci} over {n} {failed}; only evidence on the claimed side, not merely more "
+            text = (f"{its} over {n} {failed}; only evidence on the claimed side, not merely more "
                     f"{units}, would revive the claim.")
         elif c.verdict == "not supported":
             rule = f" ({c.rule})" if c.rule else ""
-            text = (f"its interval{ci} over {n} excludes effects of the claimed size{rule}; an effect beyond the "
+            text = (f"{its} over {n} excludes effects of the claimed size{rule}; an effect beyond the "
                     "equivalence margin in a replication would reopen it.")
         elif c.ours is None:
-            text = f"not computed here ({c.note or 'missing inputs'}); running it would decide it."
+            why = c.note.removeprefix("not computed: ") or "missing inputs"
+            text = f"not computed here ({why}); running it would decide it."
         else:
             under = f" under the rule ({c.rule})" if c.rule else ""
             why = f" {c.reading.split(': ', 1)[0].strip().rstrip('.')}." if c.reading else ""  # its first clause

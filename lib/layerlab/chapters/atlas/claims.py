@@ -24,9 +24,11 @@ from layerlab.report.claims import Claim
 from layerlab.report.inference import Evidence
 from layerlab.report.verdicts import Direction, decide_family, missing
 
-__all__ = ["claims", "family_sentence", "others_sentence", "pair_claims", "prose", "summary"]
+__all__ = ["TWO_SIDED", "claims", "family_sentence", "others_sentence", "pair_claims", "prose", "summary"]
 
 VERDICT = {"agree": "supported", "opposite": "contradicted", "no evidence": "inconclusive"}
+#: The rule of the family rows AF and AA: a two-sided sign-flip test per lens pair (members), Holm over pairs.
+TWO_SIDED = "two-sided sign-flip: effect ≠ 0"
 
 
 def _pair_evidence(ag, unit: str = "layers") -> list[Evidence]:
@@ -81,9 +83,13 @@ def _family_row(cid: str, fa: FamilyAtlas, *, learned: bool) -> Claim:
     d = decide_family(Direction(), evs, family="any")
     verdict = "inconclusive" if d.verdict == "contradicted" else d.verdict  # two-sided: no opposite side
     null = ("paired: ρ(trained) - ρ(twin) = 0 per member" if learned else "mean twin ρ = 0")
+    # the Evidence carries the two-sided p as p_greater, so Direction's "effect > 0" would misname the rule
+    # (the largest |effect| shown may be negative): name it, and read it, as the two-sided test it is
+    rule = d.rule.replace(Direction().name, TWO_SIDED, 1)
+    reading = d.reading.replace("in the claimed direction", "(two-sided)")
     return Claim(id=cid, claim=text, paper="—", tag="reconstructed", ours=ours, ci_low=lo, ci_high=hi,
-                 null=f"{null}; Holm over {len(evs)} pairs", verdict=verdict, note=f"largest: {note}",
-                 unit="members", n=int(best.n), rule=d.rule, reading=d.reading)
+                 null=f"{null}; Holm over {len(evs)} pairs", verdict=verdict, note=f"largest |effect|: {note}",
+                 unit="members", n=int(best.n), rule=rule, reading=reading)
 
 
 def claims(result: AtlasResult, family: FamilyAtlas | None = None,
