@@ -332,7 +332,8 @@ def what_would_change(claims: Iterable[Claim]) -> str:
         ci = "" if c.ci_low is None else f" [{fmt(c.ci_low)}, {fmt(c.ci_high)}]"
         its = f"its interval{ci}" if ci else f"its estimate {fmt(c.ours)} (no interval)"
         if c.verdict == "not testable offline":
-            text = f"not testable here: {c.note or 'the inputs it needs are not available offline'}."
+            reason = c.note.removeprefix("not computed: ") or "its inputs are not available offline"
+            text = f"not testable here: {reason}."
         elif c.verdict == "supported":
             met = f"meets the rule ({c.rule})" if c.rule else f"clears the null ({c.null})"
             away = "out of the rule" if c.rule else "to the null"
