@@ -119,14 +119,20 @@ def fmt(x: float | None, digits: int = 3) -> str:
     return f"{x:.0f}" if 10**digits <= abs(x) < 1e6 else f"{x:.{digits}g}"
 
 
-def claim_table(claims: Iterable[Claim], digits: int = 3) -> pd.DataFrame:
-    """DataFrame with :data:`COLUMNS` (+ ``note`` when any claim has one), one row per claim."""
+def _checked(claims: Iterable[Claim], where: str) -> list[Claim]:
+    """The claims as a list; one clear error for none or for repeated ids."""
     claims = list(claims)
     if not claims:
-        raise ValueError("claim_table needs at least one Claim")
+        raise ValueError(f"{where} needs at least one Claim")
     ids = [c.id for c in claims]
     if len(set(ids)) != len(ids):
         raise ValueError(f"claim ids must be unique, got {ids}")
+    return claims
+
+
+def claim_table(claims: Iterable[Claim], digits: int = 3) -> pd.DataFrame:
+    """DataFrame with :data:`COLUMNS` (+ ``note`` when any claim has one), one row per claim."""
+    claims = _checked(claims, "claim_table")
     rows = []
     for c in claims:
         ci = "—" if c.ci_low is None else f"[{fmt(c.ci_low, digits)}, {fmt(c.ci_high, digits)}]"
@@ -215,6 +221,9 @@ class ClaimTable:
     digits: int = 3
     units: tuple[tuple[str, str], ...] = ()
 
+    def __post_init__(self) -> None:
+        _checked(self.claims, "the claim table")  # fail when built, not when shown
+
     @property
     def data(self) -> pd.DataFrame:
         """:func:`claim_table` of the claims (the plain-text view; what tests compare)."""
@@ -266,9 +275,7 @@ def render(claims: Iterable[Claim], digits: int = 3, *, units: dict[str, str] | 
     """The claim table as the book shows it (:class:`ClaimTable`): HTML-escaped text (a claim such as
     "rho < 0" keeps its "<"), no index column, two lines per claim, the verdict cell coloured.
     ``units``: {claim id: unit} appended to that row's estimate (e.g. ``{"G3": "%"}``)."""
-    table = ClaimTable(claims=tuple(claims), digits=digits, units=tuple((units or {}).items()))
-    table.data  # noqa: B018  (validates the claims now: empty or duplicate ids fail here, not when shown)
-    return table
+    return ClaimTable(claims=tuple(claims), digits=digits, units=tuple((units or {}).items()))
 
 
 def key_findings(claims: Iterable[Claim]) -> str:
@@ -331,9 +338,9 @@ def what_would_change(claims: Iterable[Claim]) -> str:
         units = c.unit or "units"
         ci = "" if c.ci_low is None else f" [{fmt(c.ci_low)}, {fmt(c.ci_high)}]"
         its = f"its interval{ci}" if ci else f"its estimate {fmt(c.ours)} (no interval)"
+        reason = c.note.removeprefix("not computed: ")
         if c.verdict == "not testable offline":
-            reason = c.note.removeprefix("not computed: ") or "its inputs are not available offline"
-            text = f"not testable here: {reason}."
+            text = f"not testable here: {reason or 'its inputs are not available offline'}."
         elif c.verdict == "supported":
             met = f"meets the rule ({c.rule})" if c.rule else f"clears the null ({c.null})"
             away = "out of the rule" if c.rule else "to the null"
@@ -349,8 +356,7 @@ def what_would_change(claims: Iterable[Claim]) -> str:
             text = (f"{its} over {n} excludes effects of the claimed size{rule}; an effect beyond the "
                     "equivalence margin in a replication would reopen it.")
         elif c.ours is None:
-            why = c.note.removeprefix("not computed: ") or "missing inputs"
-            text = f"not computed here ({why}); running it would decide it."
+            text = f"not computed here ({reason or 'missing inputs'}); running it would decide it."
         else:
             under = f" under the rule ({c.rule})" if c.rule else ""
             why = f" {c.reading.split(': ', 1)[0].strip().rstrip('.')}." if c.reading else ""  # its first clause
