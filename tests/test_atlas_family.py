@@ -47,7 +47,7 @@ def test_compare_labels_learned_architectural_and_undecided():
     # the family rows are two-sided tests and say so (a negative largest effect under "effect > 0" misread)
     af = _family_row("AF", fa, learned=True)
     for r in (aa, af):
-        assert r.rule.startswith("two-sided sign-flip: effect ≠ 0; any of") and "effect > 0" not in r.rule
+        assert r.rule.startswith("two-sided: effect ≠ 0; any of") and "effect > 0" not in r.rule
         assert "claimed direction" not in r.reading
     neg = df.reset_index().assign(rho_init=lambda t: -t.rho_init, init_low=lambda t: -t.init_high,
                                   init_high=lambda t: -t.init_low, p_init_greater=df.reset_index().p_init_less,

@@ -20,7 +20,16 @@ from layerlab.report.inference import (
     mean_effect,
     paired_difference,
 )
-from layerlab.report.verdicts import Band, Direction, Equivalence, Identity, decide_family, empirical, missing
+from layerlab.report.verdicts import (
+    Band,
+    Direction,
+    Equivalence,
+    Family,
+    Identity,
+    decide_family,
+    empirical,
+    missing,
+)
 
 
 def _brute_sign_flip(d):
@@ -168,6 +177,42 @@ def test_family_with_holm():
     assert decide_family(Direction(), weak).verdict == "inconclusive"
     assert decide_family(Direction(), strong[:1] + weak, family="any").verdict == "supported"
     assert decide_family(Direction(direction="less"), strong).verdict == "contradicted"
+
+
+def test_two_sided_direction_has_no_opposite_side():
+    rule = Direction(direction="two-sided", margin=0.1)
+    assert rule.name == "two-sided: effect ≠ 0, equivalence ±0.1"
+    up = rule.decide(_ev(0.5, 0.3, 0.7, 0.01, 0.99))  # two-sided p = 0.02 <= 0.05
+    down = rule.decide(_ev(-0.5, -0.7, -0.3, 0.99, 0.01))
+    assert up.verdict == down.verdict == "supported"
+    assert "lies above 0" in up.reading and "lies below 0" in down.reading and "two-sided p = 0.02" in up.reading
+    # 0.03 one-sided is 0.06 two-sided: not enough, and a strong effect the "other" way is no contradiction
+    assert rule.decide(_ev(0.3, -0.1, 0.7, 0.03, 0.97)).verdict == "inconclusive"
+    assert rule.decide(_ev(0.01, -0.05, 0.05, 0.4, 0.6)).verdict == "not supported"
+    assert Direction(direction="two-sided").decide(_ev(0.01, -0.05, 0.05, 0.4, 0.6)).verdict == "inconclusive"
+    # an exact test at n = 5 can reach p = 1/32 one-sided, 1/16 two-sided: too few units to decide at 5%
+    five = Direction(direction="two-sided").decide(mean_effect([5.0, 6.0, 7.0, 8.0, 9.0], unit="seeds"))
+    assert five.verdict == "inconclusive" and "smallest attainable two-sided p is 0.062" in five.reading
+    with pytest.raises(ValueError, match="'two-sided'"):
+        Direction(direction="both")
+    with pytest.raises(ValueError, match="null"):
+        Direction(direction="two-sided", null=1.0).decide(mean_effect([1.0, 2.0, 3.0], unit="seeds"))
+
+
+def test_two_sided_family_tests_two_sided_p_at_alpha_after_holm():
+    rule = Family(rule=Direction(direction="two-sided"), family="any")
+    null = [_ev(0.0, -0.1, 0.1, 0.5, 0.5) for _ in range(9)]
+    # one pair each way: 0.002 one-sided -> 0.004 two-sided -> 0.04 after Holm over 10 <= 0.05
+    for e in (_ev(-1, -1.5, -0.5, 0.998, 0.002), _ev(1, 0.5, 1.5, 0.002, 0.998)):
+        d = rule.decide(null + [e])
+        assert d.verdict == "supported" and d.rule == "two-sided: effect ≠ 0; any of 10 (Holm)"
+        assert d.reading.startswith("1 of 10 tests are significant (two-sided)")
+    # 0.003 one-sided -> 0.06 after Holm: not significant, and never "contradicted"
+    assert rule.decide(null + [_ev(-1, -1.5, -0.5, 0.997, 0.003)]).verdict == "inconclusive"
+    assert Family(rule=Direction(direction="two-sided"), family="all").decide(null + null).verdict == "inconclusive"
+    assert rule.name == "two-sided: effect ≠ 0; any of the family (Holm)"
+    with pytest.raises(ValueError, match="'all' or 'any'"):
+        Family(rule=Direction(), family="some")
 
 
 def test_held_out_peak_drop_finds_a_real_fall():

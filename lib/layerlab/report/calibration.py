@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 
 from layerlab.report.inference import Evidence, correlation, held_out_peak_drop, mean_effect
-from layerlab.report.verdicts import Band, Direction, Equivalence
+from layerlab.report.verdicts import Band, Direction, Equivalence, Family
 
-__all__ = ["Calibration", "Scenario", "calibrate", "naive_peak_drop", "scenario", "sequential_scenario"]
+__all__ = ["Calibration", "Scenario", "calibrate", "family_scenario", "naive_peak_drop", "scenario",
+           "sequential_scenario"]
 
-Rule = Direction | Band | Equivalence
+Rule = Direction | Band | Equivalence | Family
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,11 +272,46 @@ def _diversity_scenario(kind: str, *, n: int, unit: str, effect: float, n_depths
     return None
 
 
+def family_scenario(*, n: int, unit: str, effect: float, pairs: int, seed_flips: int = 0) -> Scenario:
+    """A family of ``pairs`` paired tests over the same ``n`` units (the atlas's AF/AA rows: one test per lens
+    pair over family members, any of them after Holm). Null: every pair's per-unit differences N(0, 1);
+    effect: one pair shifted by ``effect`` (the weakest "some pair" claim), the others null. Each pair's
+    Evidence is the chapter's sign-flip test (:func:`~layerlab.report.inference.mean_effect`, exact up to 12
+    units, else ``permutations_for_holm(4000, pairs)`` random flips, the same flips for every pair, as the
+    chapter draws them with one seed); the rule sees one Evidence per pair."""
+    from layerlab.report.inference import _EXACT_FLIPS, mean_effect, permutations_for_holm
+
+    n_perm = permutations_for_holm(4000, pairs)
+
+    def evidence(d: np.ndarray, s: int) -> list[Evidence]:  # d [n, pairs]
+        if n <= _EXACT_FLIPS:
+            return [mean_effect(d[:, j], unit=unit, seed=s, n_perm=n_perm) for j in range(pairs)]
+        signs = np.random.default_rng(s).choice((1.0, -1.0), size=(n_perm, n))
+        stats_, obs = signs @ d / n, d.mean(axis=0)  # [n_perm, pairs], [pairs]
+        pg = (1 + (stats_ >= obs).sum(axis=0)) / (n_perm + 1)
+        pl = (1 + (stats_ <= obs).sum(axis=0)) / (n_perm + 1)
+        return [Evidence(estimate=float(obs[j]), low=None, high=None, p_greater=float(pg[j]), p_less=float(pl[j]),
+                         unit=unit, n=n, method=f"sign-flip test ({n_perm} random flips)", p_min=1 / (n_perm + 1))
+                for j in range(pairs)]
+
+    def draw(shift: float) -> Callable[[np.random.Generator], Any]:
+        def f(r: np.random.Generator) -> np.ndarray:
+            d = r.normal(size=(n, pairs))
+            d[:, 0] += shift
+            return d
+        return f
+    return Scenario(name=f"any of {pairs} paired tests, two-sided, Holm", n=n, unit=unit,
+                    effect_size=f"mean {effect:g} in one pair", null=draw(0.0), effect=draw(effect), evidence=evidence)
+
+
 def scenario(kind: str, *, n: int, unit: str, effect: float, **kw: Any) -> Scenario:
     """The design ``kind`` at ``n`` units: the built-in kinds ("paired", "correlation", "peak_drop",
     "sequential"; :func:`_builtin_scenario`), the coupling chapter's "stratified_correlation" (C4: members
     nested in seeds) and "growth_compare" (C9: exponential vs linear / power law by held-out error), and
-    the diversity chapter's kinds (:func:`_diversity_scenario`)."""
+    the diversity chapter's kinds (:func:`_diversity_scenario`), and "paired_family" (``pairs=m``: the atlas's
+    any-of-m family, :func:`family_scenario`)."""
+    if kind == "paired_family":
+        return family_scenario(n=n, unit=unit, effect=effect, pairs=int(kw.get("pairs", 1)))
     if kind == "stratified_correlation":
         return _stratified_scenario(n=n, unit=unit, effect=effect)
     if kind == "growth_compare":

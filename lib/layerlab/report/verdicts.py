@@ -8,6 +8,9 @@ Rules (each one a frozen dataclass with a ``name`` that the claim table prints):
   *contradicted*: the same in the opposite direction;
   *not supported*: the interval lies inside the stated equivalence ``margin`` around the null; else
   *inconclusive* (lack of power is never "contradicted" nor "not supported").
+  With ``direction="two-sided"`` the claim is "there is an effect, either way": *supported* when the
+  two-sided p = min(1, 2 min(p_greater, p_less)) is <= alpha; there is no opposite side, so never
+  *contradicted* (only the equivalence ``margin`` can say "not supported").
 * :class:`Band` — "the value lies in [lo, hi]": supported if the interval is inside the band,
   contradicted if it is disjoint from it, inconclusive otherwise.
 * :class:`Equivalence` — "there is no effect": supported if the interval is inside +-margin,
@@ -17,7 +20,8 @@ Rules (each one a frozen dataclass with a ``name`` that the claim table prints):
 * :func:`missing` — a claim whose inputs are absent still gets its row: "inconclusive", with the reason.
 
 A family of tests (one per layer, per pair) is decided by :class:`Direction` with ``family="all"``
-or ``"any"`` on Holm-adjusted p-values (:func:`layerlab.report.inference.holm`).
+or ``"any"`` on Holm-adjusted p-values (:func:`layerlab.report.inference.holm`); :class:`Family` is that
+decision as a rule object (what the calibration appendix simulates).
 
 Calibration (false "supported" under the null, power under the claimed effect) is measured by
 :func:`layerlab.report.calibration.calibrate` at each chapter's real n.
@@ -31,7 +35,8 @@ from dataclasses import dataclass
 from layerlab.report.claims import Claim, fmt
 from layerlab.report.inference import Evidence, holm
 
-__all__ = ["Band", "Decision", "Direction", "Equivalence", "Identity", "decide_family", "empirical", "missing"]
+__all__ = ["Band", "Decision", "Direction", "Equivalence", "Family", "Identity", "decide_family", "empirical",
+           "missing"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,12 +54,15 @@ def _interval(ev: Evidence, digits: int = 3) -> str:
 
 
 def _p(ev: Evidence, direction: str) -> float:
+    if direction == "two-sided":
+        return min(1.0, 2 * min(ev.p_greater, ev.p_less))
     return ev.p_greater if direction == "greater" else ev.p_less
 
 
 @dataclass(frozen=True, kw_only=True)
 class Direction:
-    """The claimed direction vs a null: ``direction`` "greater" or "less" than ``null``."""
+    """The claimed direction vs a null: ``direction`` "greater" or "less" than ``null``, or "two-sided"
+    (an effect either way: tested on the two-sided p at ``alpha``)."""
 
     direction: str = "greater"
     null: float = 0.0
@@ -62,26 +70,33 @@ class Direction:
     alpha: float = 0.05  # two-sided level; each direction is tested at alpha / 2
 
     def __post_init__(self) -> None:
-        if self.direction not in ("greater", "less"):
-            raise ValueError(f"Direction: direction must be 'greater' or 'less', got {self.direction!r}")
+        if self.direction not in ("greater", "less", "two-sided"):
+            raise ValueError(f"Direction: direction must be 'greater', 'less' or 'two-sided', got {self.direction!r}")
         if self.margin is not None and self.margin <= 0:
             raise ValueError(f"Direction: margin must be > 0 (or None), got {self.margin}")
 
     @property
     def name(self) -> str:
-        sign = ">" if self.direction == "greater" else "<"
         m = "" if self.margin is None else f", equivalence ±{fmt(self.margin)}"
+        if self.direction == "two-sided":
+            return f"two-sided: effect ≠ {fmt(self.null)}{m}"
+        sign = ">" if self.direction == "greater" else "<"
         return f"direction: effect {sign} {fmt(self.null)}{m}"
 
-    def _beyond(self, ev: Evidence, direction: str) -> bool:
+    def _check_null(self, ev: Evidence) -> None:
         if abs(ev.null - self.null) > 1e-12:
             raise ValueError(
                 f"{self.name}: the evidence was computed against null {ev.null}, the rule uses "
                 f"{self.null}; compute the Evidence with null={self.null}"
             )
+
+    def _beyond(self, ev: Evidence, direction: str) -> bool:
+        self._check_null(ev)
         return _p(ev, direction) <= self.alpha / 2
 
     def decide(self, ev: Evidence) -> Decision:
+        if self.direction == "two-sided":
+            return self._decide_two_sided(ev)
         other = "less" if self.direction == "greater" else "greater"
         p = _p(ev, self.direction)
         est = f"{fmt(ev.estimate)} ({_interval(ev)}; one-sided p = {p:.2g})"
@@ -107,14 +122,7 @@ class Direction:
                 f"smallest attainable p is {ev.p_min:.2g} > {self.alpha / 2:g}; more units are "
                 "needed.",
             )
-        if (
-            self.margin is not None
-            and ev.has_interval
-            and ev.low is not None
-            and ev.high is not None
-            and self.null - self.margin < ev.low
-            and ev.high < self.null + self.margin
-        ):
+        if self._within_margin(ev):
             return Decision(
                 verdict="not supported",
                 rule=self.name,
@@ -127,6 +135,32 @@ class Direction:
             reading=f"The estimate {est} does not separate from {fmt(self.null)} in either direction: "
             "too little evidence to decide.",
         )
+
+    def _within_margin(self, ev: Evidence) -> bool:
+        return (self.margin is not None and ev.has_interval and ev.low is not None and ev.high is not None
+                and self.null - self.margin < ev.low and ev.high < self.null + self.margin)
+
+    def _decide_two_sided(self, ev: Evidence) -> Decision:
+        self._check_null(ev)
+        p = _p(ev, "two-sided")
+        est = f"{fmt(ev.estimate)} ({_interval(ev)}; two-sided p = {p:.2g})"
+        if p <= self.alpha:
+            side = "above" if ev.p_greater <= ev.p_less else "below"
+            return Decision(verdict="supported", rule=self.name,
+                            reading=f"The estimate {est} lies {side} {fmt(self.null)}: an effect, as claimed.")
+        if 2 * ev.p_min > self.alpha:
+            return Decision(verdict="inconclusive", rule=self.name,
+                            reading=f"The estimate {est} cannot decide the claim: with n = {ev.n} {ev.unit} the "
+                            f"smallest attainable two-sided p is {min(1.0, 2 * ev.p_min):.2g} > {self.alpha:g}; "
+                            "more units are needed.")
+        if self._within_margin(ev):
+            return Decision(verdict="not supported", rule=self.name,
+                            reading=f"The estimate {est} lies within ±{fmt(self.margin)} of {fmt(self.null)}: "
+                            "no effect of the claimed size.")
+        return Decision(verdict="inconclusive", rule=self.name,
+                        reading=f"The estimate {est} does not separate from {fmt(self.null)}: too little evidence "
+                        "to decide (a two-sided claim has no opposite side; only an equivalence margin could "
+                        "say there is no effect).")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,11 +248,15 @@ def decide_family(rule: Direction, evidence: Sequence[Evidence], *, family: str 
     Holm-adjusted one-sided p-values at ``rule.alpha / 2``.
 
     family "all": supported if every member is significant in the claimed direction; "any": if at
-    least one is. Contradicted if (any / all, mirrored) are significant the other way; else inconclusive."""
+    least one is. Contradicted if (any / all, mirrored) are significant the other way; else inconclusive.
+    A two-sided ``rule``: Holm on the two-sided p-values at ``rule.alpha``; supported as above, never
+    contradicted (an effect either way has no opposite side)."""
     if family not in ("all", "any"):
         raise ValueError(f"family must be 'all' or 'any', got {family!r}")
     if not evidence:
         raise ValueError("decide_family needs at least one Evidence")
+    if rule.direction == "two-sided":
+        return _decide_family_two_sided(rule, evidence, family)
     other = "less" if rule.direction == "greater" else "greater"
     p_claim = holm([_p(e, rule.direction) for e in evidence])
     p_other = holm([_p(e, other) for e in evidence])
@@ -248,6 +286,38 @@ def decide_family(rule: Direction, evidence: Sequence[Evidence], *, family: str 
         reading=f"{int(hit.sum())} of {m} tests are significant in the claimed direction and "
         f"{int(opp.sum())} in the opposite one after Holm correction ({units}).",
     )
+
+
+def _decide_family_two_sided(rule: Direction, evidence: Sequence[Evidence], family: str) -> Decision:
+    hit = holm([_p(e, "two-sided") for e in evidence]) <= rule.alpha
+    m = len(evidence)
+    units = f"n = {evidence[0].n} {evidence[0].unit} each"
+    ok = hit.all() if family == "all" else hit.any()
+    return Decision(
+        verdict="supported" if ok else "inconclusive",
+        rule=f"{rule.name}; {family} of {m} (Holm)",
+        reading=f"{int(hit.sum())} of {m} tests are significant (two-sided) after Holm correction ({units}).",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Family:
+    """A family claim as a rule: :func:`decide_family` of ``rule`` over one Evidence per member, "all" or
+    "any" (what :func:`layerlab.report.calibration.calibrate` simulates for a family design)."""
+
+    rule: Direction
+    family: str = "any"
+
+    def __post_init__(self) -> None:
+        if self.family not in ("all", "any"):
+            raise ValueError(f"Family: family must be 'all' or 'any', got {self.family!r}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.rule.name}; {self.family} of the family (Holm)"
+
+    def decide(self, evidence: Sequence[Evidence]) -> Decision:
+        return decide_family(self.rule, evidence, family=self.family)
 
 
 def missing(*, id: str, claim: str, paper: str, tag: str, reason: str) -> Claim:

@@ -7,7 +7,7 @@ The chapter protocol (``layerlab.core.protocol``): ``PRESETS``/``preset`` (prese
 """
 
 from layerlab.chapters.calibration import plots
-from layerlab.chapters.calibration.claims import claims
+from layerlab.chapters.calibration.claims import claims, prose
 from layerlab.chapters.calibration.presets import CASES, PRESETS, CalibrationPreset, Case, preset
 from layerlab.chapters.calibration.run import CalibrationResult, run
 
@@ -15,4 +15,4 @@ USES_FAMILY = False
 """Simulations only: no model, no family."""
 
 __all__ = ["CASES", "PRESETS", "USES_FAMILY", "CalibrationPreset", "CalibrationResult", "Case", "claims", "plots",
-           "preset", "run"]
+           "preset", "prose", "run"]

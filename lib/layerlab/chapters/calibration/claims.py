@@ -11,7 +11,7 @@ from layerlab.report.claims import Claim
 from layerlab.report.inference import Evidence
 from layerlab.report.verdicts import Direction
 
-__all__ = ["LEVEL", "claims", "rate_evidence"]
+__all__ = ["LEVEL", "claims", "prose", "rate_evidence"]
 
 LEVEL = 0.05
 """The book's standard: a rule says "supported" under its null at most 5% of the time."""
@@ -40,3 +40,16 @@ def claims(result: CalibrationResult) -> list[Claim]:
             paper="book standard", tag="reconstructed", evidence=ev, decision=rule.decide(ev),
             null=f"power {cal.power:.2f} at {cal.effect_size}", note=cal.scenario))
     return rows
+
+
+def prose(result: CalibrationResult) -> dict[str, object]:
+    """The generated Markdown the page glues: which designs are the biased ones the book rejects."""
+    from IPython.display import Markdown
+
+    bad = [case.label for case in result.preset.cases if not case.expect_calibrated]
+    if not bad:
+        return {"cal_rejected": Markdown("No design in this run is one the book rejects.")}
+    names = [f"*{b}*" for b in bad]
+    listed = names[0] if len(names) == 1 else "; ".join(names[:-1]) + f"; and {names[-1]}"
+    what = "one design" if len(bad) == 1 else f"{len(bad)} designs"
+    return {"cal_rejected": Markdown(f"The table also holds {what} the book rejects: {listed}.")}

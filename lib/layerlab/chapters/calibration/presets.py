@@ -26,6 +26,7 @@ class Case:
     unit: str
     effect: float
     held_out: bool = True  # peak_drop only: the held-out peak (False: the biased same-data peak)
+    pairs: int = 1  # paired_family only: tests in the family (decided "any of them, two-sided, after Holm")
     expect_calibrated: bool = True  # False for the biased design the book rejects
 
 
@@ -69,8 +70,10 @@ CASES: tuple[Case, ...] = (
          effect=3.0),
     Case(label="growth G1-G5 (6 seeds, seed-paired differences; G2/G3 vs 80% of the claimed size)", kind="paired",
          n=6, unit="seeds", effect=1.5),
-    Case(label="atlas AF/AA trained vs twin per lens pair (16 family members, paired)", kind="paired", n=16,
-         unit="members", effect=1.0),
+    # atlas AF/AA: 141 cross-family lens pairs, each a two-sided sign-flip test over the trained family's 17
+    # members (AF: trained minus twin, paired; AA: the twins' rho), "some pair" after Holm
+    Case(label="atlas AF/AA any of 141 lens pairs, two-sided (17 family members, paired)", kind="paired_family",
+         n=17, unit="members", effect=1.0, pairs=141),
 )
 """The designs of the book, at the chapters' real n (``cpu`` profile)."""
 

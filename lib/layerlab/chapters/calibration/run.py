@@ -1,8 +1,8 @@
 """The calibration appendix's run: preset -> :class:`CalibrationResult` (one row per design).
 
 Each case of the preset is simulated ``n_sims`` times under its null and under its claimed effect
-(:func:`layerlab.report.calibration.calibrate`) with the :class:`layerlab.report.verdicts.Direction`
-rule that the chapters use; the whole result is cached.
+(:func:`layerlab.report.calibration.calibrate`) with the rule its chapter uses (:func:`rule_of`: the
+one-sided :class:`layerlab.report.verdicts.Direction`, or a two-sided family); the whole result is cached.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from layerlab.chapters.calibration.presets import CalibrationPreset
+from layerlab.chapters.calibration.presets import CalibrationPreset, Case
 from layerlab.core.cache import cached
 from layerlab.core.fingerprints import fingerprint
 from layerlab.core.protocol import Provenance, provenance
 from layerlab.report.calibration import Calibration, calibrate, scenario
-from layerlab.report.verdicts import Direction
+from layerlab.report.verdicts import Direction, Family
 
-__all__ = ["CalibrationResult", "run"]
+__all__ = ["CalibrationResult", "rule_of", "run"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,13 +41,20 @@ class CalibrationResult:
                 "n_cases": len(self.calibrations)}
 
 
+def rule_of(case: Case) -> Direction | Family:
+    """The rule a case's chapter applies: one-sided :class:`Direction` (the default), or for a family design
+    ("paired_family") any of its pairs, two-sided, after Holm."""
+    return Family(rule=Direction(direction="two-sided"), family="any") if case.kind == "paired_family" else Direction()
+
+
 def _compute(P: CalibrationPreset) -> CalibrationResult:
-    rule = Direction()
     cals, rows = [], []
     for i, case in enumerate(P.cases):
-        kw = {"sd": 0.1, "held_out": case.held_out} if case.kind == "peak_drop" else {}
+        kw: dict = {"sd": 0.1, "held_out": case.held_out} if case.kind == "peak_drop" else {}
+        if case.kind == "paired_family":
+            kw = {"pairs": case.pairs}
         sc = scenario(case.kind, n=case.n, unit=case.unit, effect=case.effect, **kw)
-        cal = calibrate(rule, sc, n_sims=P.n_sims, seed=P.seed + i)
+        cal = calibrate(rule_of(case), sc, n_sims=P.n_sims, seed=P.seed + i)
         cals.append(cal)
         rows.append({"design": case.label, **cal.row(), "false contradicted": cal.false_contradicted})
     table = pd.DataFrame(rows)[["design", "scenario", "n", "false supported", "power", "false contradicted",
