@@ -160,6 +160,14 @@ def test_what_would_change_follows_each_verdict():
     assert f"**D** (supported): {ci} meets the rule (band \\[0.2, 0.6\\])" in text
     assert f"**E** (contradicted): {ci} fails the rule (band \\[0.81, 1\\])" in text
     assert "**F** (not testable offline): not testable here: another model." in text
+    # a family row is read by its tests, not by the interval of its largest member
+    fam = claims.Claim(id="K", verdict="supported", **{**base, "rule": "two-sided: effect ≠ 0; any of 141 (Holm)",
+                                                        "reading": "10 of 141 tests are significant (two-sided) "
+                                                                   "after Holm correction (n = 17 members each)."})
+    assert claims.what_would_change([fam]) == (
+        "- **K** (supported): 10 of 141 tests are significant (two-sided) after Holm correction (n = 17 members "
+        "each), under the rule (two-sided: effect ≠ 0; any of 141 (Holm)); new documents that left no test "
+        "significant after the correction, or a different protocol, would undo the support.")
     assert "undecided at" not in text.split("**F**")[1].split("**G**")[0]
     # an undecided row says why (its rule's reading) and, when it depends on a setting, what would decide it
     assert "**H** (supported): its estimate 0.3 (no interval) over 12 documents clears the null" in text

@@ -342,6 +342,10 @@ def what_would_change(claims: Iterable[Claim]) -> str:
         reason = c.note.removeprefix("not computed: ")
         if c.verdict == "not testable offline":
             text = f"not testable here: {reason or 'its inputs are not available offline'}."
+        elif c.verdict == "supported" and c.rule.endswith("(Holm)") and c.reading:  # a family of tests
+            undo = ("left no test significant" if " any of " in c.rule else "made any test lose significance")
+            text = (f"{c.reading.rstrip('.')}, under the rule ({c.rule}); new {units} that {undo} after the "
+                    "correction, or a different protocol, would undo the support.")
         elif c.verdict == "supported":
             met = f"meets the rule ({c.rule})" if c.rule else f"clears the null ({c.null})"
             away = "out of the rule" if c.rule else "to the null"
