@@ -140,3 +140,33 @@ def test_held_out_nll_weighs_documents_equally():
     assert analysis.cost_to_target(r, "flops", 3.0, DOC) == float("inf")
     with pytest.raises(ValueError, match="not evaluated"):
         analysis.at_step(r, 3, DOC)
+
+
+def test_wall_clock_rows_say_which_machine_timed_them():
+    """G1c and G2 rest on seconds: their notes and the page's sentence name the machine the timed runs
+    recorded, and say so when none did (runs cached before the record existed)."""
+    from layerlab.chapters.growth import prose
+
+    res = _comp(-1.5)
+    assert "machine not recorded" in _rows(res)["G2"].note
+    assert prose.machine_sentence(res).startswith("The timed runs did not record their machine")
+    for r in res.comparison["runs"]:
+        r["machine"] = "Intel(R) Xeon(R) Processor (AVX-512, AMX), 2 cores, 1 torch thread"
+    rows = _rows(res)
+    for i in ("G1c", "G2"):
+        assert rows[i].note.endswith("; timed on Intel(R) Xeon(R) Processor (AVX-512, AMX), 2 cores, 1 torch thread")
+    assert "timed on" not in rows["G1b"].note  # FLOPs-matched: no seconds in it
+    assert "measured on Intel(R) Xeon(R) Processor (AVX-512, AMX)" in prose.machine_sentence(res)
+    res.comparison["runs"][-1]["machine"] = "AMD EPYC 9B14 (AVX-512), 2 cores, 1 torch thread"  # an untimed run
+    assert analysis.timed_on(res.comparison) == ["Intel(R) Xeon(R) Processor (AVX-512, AMX), 2 cores, 1 torch thread"]
+
+
+def test_machine_is_described_from_cpuinfo():
+    from layerlab.core.machine import describe
+
+    amd = "processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t\t: fpu avx2 avx512f avx512bw\n"
+    old = "processor\t: 0\nmodel name\t: Intel(R) Core(TM) i5-8250U CPU @ 1.60GHz\nflags\t\t: fpu sse avx2\n"
+    assert describe(cpuinfo=amd).startswith("AMD EPYC 9B14 (AVX-512), ")
+    assert describe(cpuinfo=old).startswith("Intel(R) Core(TM) i5-8250U CPU @ 1.60GHz (AVX2), ")
+    assert describe(cpuinfo="").split(",")[0]  # no /proc/cpuinfo (macOS, Windows): still a name
+    assert "torch thread" in describe(cpuinfo=amd)

@@ -135,3 +135,9 @@ def arm_table(comp: dict):
                      "seconds": np.mean([r["totals"]["wall"] for r in rs]),
                      "NLL": f.mean(), "NLL min": f.min(), "NLL max": f.max()})
     return pd.DataFrame(rows)
+
+
+def timed_on(comp: dict) -> list[str]:
+    """The machines (:func:`layerlab.core.machine.describe`) the alone-timed runs recorded, in order of first
+    appearance; empty when none recorded one."""
+    return list(dict.fromkeys(r["machine"] for r in comp["runs"] if r.get("timed") and r.get("machine")))

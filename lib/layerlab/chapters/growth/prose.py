@@ -13,7 +13,7 @@ from layerlab.chapters.growth.run import GrowthResult
 from layerlab.report.claims import fmt
 
 __all__ = ["anti_sentence", "budget_sentence", "claim_table", "cost_sentence", "compact",
-           "lr_sentence", "rule_numbers"]
+           "lr_sentence", "machine_sentence", "rule_numbers"]
 
 
 def rule_numbers() -> dict[str, float]:
@@ -56,6 +56,16 @@ def budget_sentence(result: GrowthResult) -> str:
         parts.append(f"G1c with one of {int(a.loc['uniform-wall', 'steps'])} steps (as many as GTT's measured seconds "
                      "buy at the uniform run's measured step time)")
     return "; ".join(parts) + ". The rows differ because these budgets differ."
+
+
+def machine_sentence(result: GrowthResult) -> str:
+    """Where the seconds behind the wall-clock rows (G1c, G2) were measured, and what that means for a rerun."""
+    where = analysis.timed_on(result.comparison)
+    if not where:
+        return "The timed runs did not record their machine (they predate that record)."
+    return (f"The seconds behind G1c and G2 were measured on {' and on '.join(where)}. On another CPU the "
+            "step times differ, and with them G1c's step budget and G2's saving: compare these two rows across "
+            "machines only by rerunning them, never by their seconds.")
 
 
 def cost_sentence(result: GrowthResult) -> str:

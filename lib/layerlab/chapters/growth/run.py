@@ -35,6 +35,7 @@ import torch
 import layerlab.chapters.growth.analysis as analysis  # module imports: the run's cache key covers
 import layerlab.chapters.growth.importance as importance  # what it runs, not the package (claims, plots, prose)
 from layerlab.chapters.growth.presets import ANALYSIS_FIELDS, ARMS, GrowthPreset
+from layerlab.core import machine
 from layerlab.core.cache import cached, cached_json
 from layerlab.core.fingerprints import fingerprint
 from layerlab.core.protocol import Provenance, provenance
@@ -168,7 +169,8 @@ def run_arm(preset: GrowthPreset, arm: str, seed: int, lr: float, importance_=No
         res = train(model, sched, train_ids, cfg, val_ids=val_ids, progress=False)
         out = {"arm": arm, "seed": seed, "lr": lr, "steps": S, "evals": res.evals, "ledger": res.ledger,
                "totals": res.totals, "schedule": growth.describe(sched), "seconds": time.perf_counter() - t0,
-               "train_loss": [r["loss"] for r in res.log], "mode": sched.mode, "timed": timed}
+               "train_loss": [r["loss"] for r in res.log], "mode": sched.mode, "timed": timed,
+               "machine": machine.describe(preset.device)}  # where its seconds were measured
         if with_importance:
             t1 = time.perf_counter()
             imp = importance.measure(model.cpu(), torch.tensor(ho["imp_ids"]), ho["imp_doc"], preset.ablation)
