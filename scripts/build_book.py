@@ -448,6 +448,14 @@ def _members_done(profile: str, since: float) -> int:
     return sum(1 for f in found if f.stat().st_mtime >= since)
 
 
+def family_summary(stdout: str) -> str:
+    """The family CLI's summary line ("21 members; elapsed ...") from its output, which goes on with tables
+    after it (the seed-noise pairs); the last line when there is no summary."""
+    lines = stdout.strip().splitlines()
+    found = [ln for ln in lines if " members; elapsed " in ln]
+    return (found or lines or [""])[-1].strip()
+
+
 def train_family(profile: str, *, log: Log | None = None, estimate: str = "", every: float = 60.0) -> float:
     """Train (or load) the shared model family before the chapters that use it, in its own process
     (parallel single-threaded workers), so its cost is logged once and not billed to one chapter.
@@ -467,8 +475,7 @@ def train_family(profile: str, *, log: Log | None = None, estimate: str = "", ev
     if proc.returncode != 0:
         raise BuildError(f"training the {profile} model family failed:\n{stderr[-3000:]}")
     seconds = time.perf_counter() - t0
-    last = stdout.strip().splitlines()[-1:] or [""]
-    log(f"family: ready in {_seconds(seconds)} ({last[0]})")
+    log(f"family: ready in {_seconds(seconds)} ({family_summary(stdout)})")
     return seconds
 
 

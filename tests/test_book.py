@@ -318,3 +318,12 @@ def test_an_edit_to_a_static_file_reaches_the_built_book(tmp_path):
     assert bb.sync_static(tmp_path, html) == ["layerlab.css"]
     assert (html / "_static" / "layerlab.css").read_text() == "table { width: 90%; }"
     assert not list((html / "_static").glob(".*.tmp"))
+
+
+def test_family_log_line_is_the_cli_summary_not_a_table_row():
+    """The build logs the family CLI's summary; the CLI prints the seed-noise table after it, whose last row
+    was logged instead ("family: ready in 5 s (15     lr       d4-w64-t1024 ...)")."""
+    out = ("name depth\n0 d1-w64 1\n21 members; elapsed 5 s; summed member training time 2860 s wall, 2800 s CPU\n"
+           "   axis  member_a  member_b\n15     lr       d4-w64-t1024   0.003    0.010\n")
+    assert bb.family_summary(out) == "21 members; elapsed 5 s; summed member training time 2860 s wall, 2800 s CPU"
+    assert bb.family_summary("only line\n") == "only line" and bb.family_summary("") == ""
