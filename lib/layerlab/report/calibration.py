@@ -272,13 +272,15 @@ def _diversity_scenario(kind: str, *, n: int, unit: str, effect: float, n_depths
     return None
 
 
-def family_scenario(*, n: int, unit: str, effect: float, pairs: int, seed_flips: int = 0) -> Scenario:
+def family_scenario(*, n: int, unit: str, effect: float, pairs: int) -> Scenario:
     """A family of ``pairs`` paired tests over the same ``n`` units (the atlas's AF/AA rows: one test per lens
     pair over family members, any of them after Holm). Null: every pair's per-unit differences N(0, 1);
     effect: one pair shifted by ``effect`` (the weakest "some pair" claim), the others null. Each pair's
     Evidence is the chapter's sign-flip test (:func:`~layerlab.report.inference.mean_effect`, exact up to 12
     units, else ``permutations_for_holm(4000, pairs)`` random flips, the same flips for every pair, as the
-    chapter draws them with one seed); the rule sees one Evidence per pair."""
+    chapter draws them with one seed); the rule sees one Evidence per pair. The random-flip branch is
+    :func:`~layerlab.report.inference._sign_flip_p` for all pairs at once (a test checks they agree): changing
+    that function instead would re-key every cached result of the book."""
     from layerlab.report.inference import _EXACT_FLIPS, mean_effect, permutations_for_holm
 
     n_perm = permutations_for_holm(4000, pairs)

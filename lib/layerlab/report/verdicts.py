@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from layerlab.report.claims import Claim, fmt
 from layerlab.report.inference import Evidence, holm
 
-__all__ = ["Band", "Decision", "Direction", "Equivalence", "Family", "Identity", "decide_family", "empirical",
-           "missing"]
+__all__ = ["ANY_EFFECT", "Band", "Decision", "Direction", "Equivalence", "Family", "Identity", "decide_family",
+           "empirical", "missing"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -318,6 +318,10 @@ class Family:
 
     def decide(self, evidence: Sequence[Evidence]) -> Decision:
         return decide_family(self.rule, evidence, family=self.family)
+
+
+ANY_EFFECT = Family(rule=Direction(direction="two-sided"), family="any")
+"""Some member of a family shows an effect, either way, after Holm (the atlas's AF/AA rows)."""
 
 
 def missing(*, id: str, claim: str, paper: str, tag: str, reason: str) -> Claim:

@@ -22,14 +22,14 @@ from layerlab.chapters.atlas.family import FamilyAtlas
 from layerlab.chapters.atlas.run import AtlasResult
 from layerlab.report.claims import Claim
 from layerlab.report.inference import Evidence
-from layerlab.report.verdicts import Direction, Family, decide_family, missing
+from layerlab.report.verdicts import ANY_EFFECT, Direction, decide_family, missing
 
 __all__ = ["FAMILY_RULE", "claims", "family_sentence", "others_sentence", "pair_claims", "prose", "summary"]
 
 VERDICT = {"agree": "supported", "opposite": "contradicted", "no evidence": "inconclusive"}
 #: The rule of the family rows AF and AA: a two-sided sign-flip test per lens pair (over members), any of the
 #: pairs after Holm (simulated at the real n by the calibration appendix's "atlas AF/AA" case).
-FAMILY_RULE = Family(rule=Direction(direction="two-sided"), family="any")
+FAMILY_RULE = ANY_EFFECT
 
 
 def _pair_evidence(ag, unit: str = "layers") -> list[Evidence]:

@@ -17,7 +17,7 @@ from layerlab.core.cache import cached
 from layerlab.core.fingerprints import fingerprint
 from layerlab.core.protocol import Provenance, provenance
 from layerlab.report.calibration import Calibration, calibrate, scenario
-from layerlab.report.verdicts import Direction, Family
+from layerlab.report.verdicts import ANY_EFFECT, Direction, Family
 
 __all__ = ["CalibrationResult", "rule_of", "run"]
 
@@ -44,15 +44,14 @@ class CalibrationResult:
 def rule_of(case: Case) -> Direction | Family:
     """The rule a case's chapter applies: one-sided :class:`Direction` (the default), or for a family design
     ("paired_family") any of its pairs, two-sided, after Holm."""
-    return Family(rule=Direction(direction="two-sided"), family="any") if case.kind == "paired_family" else Direction()
+    return ANY_EFFECT if case.kind == "paired_family" else Direction()
 
 
 def _compute(P: CalibrationPreset) -> CalibrationResult:
     cals, rows = [], []
     for i, case in enumerate(P.cases):
-        kw: dict = {"sd": 0.1, "held_out": case.held_out} if case.kind == "peak_drop" else {}
-        if case.kind == "paired_family":
-            kw = {"pairs": case.pairs}
+        kw = ({"sd": 0.1, "held_out": case.held_out} if case.kind == "peak_drop" else
+              {"pairs": case.pairs} if case.kind == "paired_family" else {})
         sc = scenario(case.kind, n=case.n, unit=case.unit, effect=case.effect, **kw)
         cal = calibrate(rule_of(case), sc, n_sims=P.n_sims, seed=P.seed + i)
         cals.append(cal)
