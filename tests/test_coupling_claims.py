@@ -326,6 +326,8 @@ def test_the_typed_conclusions_are_gone_from_the_page():
     for typed in ("overstates the effect", "a cosine this far from 1", "can arise without any alignment"):
         assert typed.lower() not in text.lower(), typed
     assert "{glue:md} verdict_list" in text and "coupling_key_findings" in text
+    # "What would change our mind" is generated from the rows, not a typed list of claim ids
+    assert "{glue:md} coupling_change_mind" in text and "C1–C3: an excess" not in text
     assert "{numref}`fig-coupling-tokens`" in text and ":name: fig-coupling-tokens" in text
 
 
@@ -374,3 +376,17 @@ def test_a_missing_claim_reads_as_a_sentence_with_its_verdict():
     c = missing(id="C4", claim="x", paper="p", tag="paper", reason="only 2 of 5 depths (2, 8) differ")
     text = reading_sentence(c)
     assert text == "inconclusive, because it cannot be tested on this run: only 2 of 5 depths (2, 8) differ."
+
+
+def test_what_would_change_has_one_bullet_per_empirical_row():
+    from layerlab.chapters.coupling import prose
+
+    r = synthetic(1.0)
+    rows = coupling.claims(r)
+    r.numbers.update(ctr_spec=0.9, ctr_trained=0.95, tok_init=0.1, tok_null=0.1, tok_init_null=0.1, lin_t=0.9)
+    text = prose.prose_glue(r, rows)["coupling_change_mind"].data
+    bullets = [line for line in text.splitlines() if line.startswith("- ")]
+    empirical = [c for c in rows if c.tag != "identity"]
+    assert len(bullets) == len(empirical) and len(empirical) > 5
+    for c, line in zip(empirical, bullets):
+        assert line.startswith(f"- **{c.id}**"), line

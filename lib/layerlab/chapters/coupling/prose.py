@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from layerlab.chapters.coupling.verdicts import setting_cols
-from layerlab.report.claims import Claim, fmt, key_findings
+from layerlab.report.claims import Claim, fmt, key_findings, what_would_change
 
 __all__ = ["FIG1A_RANGE", "ctr_sentence", "excess_table", "glue_id", "linearisation_sentence", "prose_glue",
            "token_sentence"]
@@ -94,13 +94,15 @@ def reading_sentence(c: Claim) -> str:
 
 def prose_glue(r: Any, rows: list[Claim]) -> dict[str, Any]:
     """Every generated sentence and claim reading as Markdown: ``coupling_ctr``, ``coupling_tokens``,
-    ``coupling_lin``, ``reading_<id>`` per claim, ``coupling_key_findings``."""
+    ``coupling_lin``, ``reading_<id>`` per claim, ``coupling_key_findings`` and ``coupling_change_mind`` (the
+    "What would change our mind" list, one bullet per claim row)."""
     from IPython.display import Markdown
 
     n = r.numbers
     out: dict[str, Any] = {"coupling_ctr": Markdown(ctr_sentence(n)), "coupling_tokens": Markdown(token_sentence(n)),
                            "coupling_lin": Markdown(linearisation_sentence(n)),
-                           "coupling_key_findings": Markdown(key_findings(rows))}
+                           "coupling_key_findings": Markdown(key_findings(rows)),
+                           "coupling_change_mind": Markdown(what_would_change(rows))}
     for c in rows:
         out[f"reading_{glue_id(c.id)}"] = Markdown(_plain(reading_sentence(c)))
     return out
