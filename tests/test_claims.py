@@ -1,6 +1,7 @@
 import math
 from html.parser import HTMLParser
 
+import numpy as np
 import pytest
 
 from layerlab.report import claims
@@ -173,8 +174,25 @@ def test_what_would_change_follows_each_verdict():
     assert "**H** (supported): its estimate 0.3 (no interval) over 12 documents clears the null" in text
     g = text.split("**G**")[1]
     assert "It depends on the readout." in g and "a, b" not in g
-    assert "agreement of the settings" in g and "more documents" not in g
-    assert "**B** (inconclusive): undecided at 12 documents (interval \\[-0.1, 0.5\\]). Then more documents" in text
+    assert "Agreement of the settings" in g and "more documents" not in g.lower()
+    assert "**B** (inconclusive): undecided at 12 documents (interval \\[-0.1, 0.5\\]). More documents" in text
+    # a not-computed row may be short of units by design: running it as it is need not decide it
+    assert "not computed here (no GPU); a run that meets this could decide it." in text
+
+
+def test_what_would_change_says_when_no_effect_size_can_decide_at_this_n():
+    """Three seeds cannot reach p <= 0.025 with a sign-flip test (smallest p 1/8): the list says so,
+    and does not promise that a larger effect would decide the row."""
+    from layerlab.report.inference import mean_effect
+    from layerlab.report.verdicts import Direction
+
+    ev = mean_effect(np.array([-0.02, -0.05, -0.04]), unit="seeds")
+    dec = Direction().decide(ev)
+    assert dec.verdict == "inconclusive"
+    row = claims.Claim.decided(id="C6", claim="x", paper="x", tag="paper", evidence=ev, decision=dec, null="0")
+    text = claims.what_would_change([row])
+    assert "the smallest attainable p is 0.12 \\> 0.025; more units are needed." in text
+    assert "A larger effect would not decide it." in text and "More seeds, or a larger effect" not in text
 
 
 class _Cells(HTMLParser):
@@ -235,3 +253,24 @@ def test_render_gives_each_claim_two_lines_with_every_field():
     assert len(no_n.rows[0]["main"]) == 5 and "n (unit)" not in claims.render(
         [claims.Claim(**{**rows[0].to_dict(), "n": None})]).to_html()
     assert "A1" in repr(claims.render(rows))  # plain-text view
+
+
+def test_what_would_change_names_the_plain_unit_of_a_compound_unit():
+    base = dict(claim="x", paper="x", tag="paper", ours=0.1, ci_low=-0.4, ci_high=0.3, null="0",
+                verdict="inconclusive", rule="direction: effect > 0", reading="Too little evidence: x.")
+    rows = [claims.Claim(id="D5", n=128, unit="examples (CI); 30 blocks (permutation)", **base),
+            claims.Claim(id="C2", n=6, unit="prompts (paired; 2 twin seeds averaged)", **base)]
+    text = claims.what_would_change(rows)
+    assert "More examples, or a larger effect" in text and "More prompts, or a larger effect" in text
+    assert "undecided at 128 examples (CI); 30 blocks (permutation)" in text  # n keeps the full description
+
+
+def test_what_would_change_keeps_a_reading_that_names_what_the_design_lacks():
+    row = claims.Claim(id="C10", claim="x", paper="x", tag="paper", ours=0.81, ci_low=0.28, ci_high=1.0, null="—",
+                       n=9, unit="checkpoints of one run", verdict="inconclusive",
+                       rule="design: one training run (no replicate seeds)",
+                       reading="Spearman 0.81 over 9 checkpoints of a single run: checkpoints of one run are a time "
+                               "series, not independent units, so no test is valid; several seeds are needed.")
+    text = claims.what_would_change([row])
+    assert text.endswith("so no test is valid; several seeds are needed.")
+    assert "More checkpoints" not in text and "larger effect" not in text

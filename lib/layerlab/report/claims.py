@@ -10,6 +10,7 @@ verdicts with one explicit rule each, so the rule is visible in the code that bu
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from html import escape
@@ -336,7 +337,8 @@ def what_would_change(claims: Iterable[Claim]) -> str:
         if c.tag == "identity":
             continue
         n = f"{c.n} {c.unit}".strip() if c.n is not None else "the units measured"
-        units = c.unit or "units"
+        # the plain unit ("examples (CI); 30 blocks (permutation)" -> "examples", "seeds (paired)" -> "seeds")
+        units = re.split(r"[;(,]", c.unit or "")[0].strip() or "units"
         ci = "" if c.ci_low is None else f" [{fmt(c.ci_low)}, {fmt(c.ci_high)}]"
         its = f"its interval{ci}" if ci else f"its estimate {fmt(c.ours)} (no interval)"
         reason = c.note.removeprefix("not computed: ")
@@ -361,12 +363,21 @@ def what_would_change(claims: Iterable[Claim]) -> str:
             text = (f"{its} over {n} excludes effects of the claimed size{rule}; an effect beyond the "
                     "equivalence margin in a replication would reopen it.")
         elif c.ours is None:
-            text = f"not computed here ({reason or 'missing inputs'}); running it would decide it."
+            # the reason may be a design limit (too few units at this profile), so a run may not suffice
+            text = f"not computed here ({reason or 'missing inputs'}); a run that meets this could decide it."
         else:
             under = f" under the rule ({c.rule})" if c.rule else ""
-            why = f" {c.reading.split(': ', 1)[0].strip().rstrip('.')}." if c.reading else ""  # its first clause
-            remedy = ("agreement of the settings it depends on, not more units alone, would decide it."
-                      if "depends on" in c.reading.lower() else f"more {units}, or a larger effect, would decide it.")
-            text = f"undecided at {n}{' (interval' + ci + ')' if ci else ''}{under}.{why} Then {remedy}"
+            head, _, tail = c.reading.partition(": ")
+            undecided = f"undecided at {n}{' (interval' + ci + ')' if ci else ''}{under}"
+            if "smallest attainable" in tail:  # no result at this n can reach the level, whatever the effect
+                text = f"{undecided}: {tail.strip()} A larger effect would not decide it."
+            elif "needed" in tail:  # the reading names what the design lacks (e.g. replicate runs): say that
+                text = f"{undecided}. {c.reading.strip()}"
+            else:
+                why = f" {head.strip().rstrip('.')}." if c.reading else ""  # the reading's first clause
+                remedy = ("Agreement of the settings it depends on, not more units alone, would decide it."
+                          if "depends on" in c.reading.lower() else
+                          f"More {units}, or a larger effect, would decide it.")
+                text = f"{undecided}.{why} {remedy}"
         lines.append(f"- **{c.id}** ({c.verdict}): {_md_escape(text)}")
     return "\n".join(lines) if lines else "- Every row is an identity: only a bug would change them."

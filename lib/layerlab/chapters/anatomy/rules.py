@@ -90,7 +90,7 @@ def a1_claim(loo: pd.DataFrame | None, *, component: str = "gate") -> Claim:
     n2 = t[t.model == "N2"].sort_values("layer")
     n1 = t[t.model == "N1"]
     if len(real) < 3 or len(n2) != len(real):
-        return missing(**meta, reason=f"{len(real)} held-out layers: an interval needs >= 3")
+        return missing(**meta, reason=f"{len(real)} held-out layers: an interval needs ≥ 3")
     ev = mean_effect(real.level.to_numpy(), unit="held-out layers")
     innov = mean_effect(real.innov.to_numpy(), unit="held-out layers")
     vs_n2 = paired_difference(real.level.to_numpy(), n2.level.to_numpy(), unit="held-out layers")
@@ -111,7 +111,7 @@ def h2_claim(loo: pd.DataFrame | None) -> Claim:
         return missing(**meta, reason="no leave-one-layer-out R² table")
     per = loo[loo.model == "real"].groupby("component").innov.mean()
     if len(per) < 2:
-        return missing(**meta, reason=f"{len(per)} component(s): an interval needs >= 2")
+        return missing(**meta, reason=f"{len(per)} component(s): an interval needs ≥ 2")
     ev = mean_effect(per.to_numpy(), unit="components")
     return Claim.decided(**meta, evidence=ev, decision=Direction(margin=0.05).decide(ev),
                          null="0: a shared template plus independent deviations predicts nothing beyond the mean",
@@ -270,7 +270,7 @@ def a6_claim(first_look: Mapping[str, Sequence[float]], n_layers: int, *, op: st
         return missing(**meta, reason="no first-look document values for every layer")
     m = np.array([first_look[n] for n in names]).T  # [docs, layers]
     if m.shape[0] < 8:
-        return missing(**meta, reason=f"{m.shape[0]} documents: a bootstrap needs >= 8")
+        return missing(**meta, reason=f"{m.shape[0]} documents: a bootstrap needs ≥ 8")
 
     def stat(x: np.ndarray) -> float:
         pct = np.abs(np.expm1(x.mean(axis=0))) * 100
@@ -300,7 +300,7 @@ def a9_claim(curves: Sequence, importance: Mapping[int, float], *, seed: int = 0
         by.setdefault(int(c.layer), []).append(int(c.steps_or_cap))
     layers = sorted(x for x in by if x in importance)
     if len(layers) < 3:
-        return missing(**meta, reason=f"{len(layers)} perturbed layers; a rank correlation needs >= 3")
+        return missing(**meta, reason=f"{len(layers)} perturbed layers; a rank correlation needs ≥ 3")
     steps = np.array([np.mean(by[x]) for x in layers], dtype=np.float64)
     imp = np.array([importance[x] for x in layers])
     seeds = min(len(v) for v in by.values())

@@ -75,7 +75,7 @@ def _loss_row(comp: dict, *, id: str, claim: str, paper: str, tag: str, null: st
     seeds, a, b = _pairs(comp, id)
     if len(seeds) < 2:
         return missing(id=id, claim=claim, paper=paper, tag=tag,
-                       reason=f"{len(seeds)} paired seed(s); a test needs >= 2")
+                       reason=f"{len(seeds)} paired seed(s); a test needs ≥ 2")
     ev = paired_difference(a, b, unit="seeds", seed=seed)
     return Claim.decided(id=id, claim=claim, paper=paper, tag=tag, evidence=ev, decision=LOSS_RULE.decide(ev),
                          null=null.format(b=float(np.mean(b))), note=note)
