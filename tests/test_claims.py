@@ -155,7 +155,7 @@ def test_what_would_change_follows_each_verdict():
     assert "**B** (inconclusive): undecided at 12 documents" in text
     assert "not computed here (no GPU)" in text and "**I**" not in text
     # the key findings read the note as a sentence of its own ("x. Not computed: ...", not "x. not computed")
-    assert "  - **C** x. Not computed: no GPU" in claims.key_findings(rows).split("\n")
+    assert "  - **C** x. Not computed: no GPU." in claims.key_findings(rows).split("\n")
     # a row with a rule is judged against the rule, not its null (a band can sit on the null value)
     ci = "its interval \\[0.1, 0.5\\] over 12 documents"
     assert f"**D** (supported): {ci} meets the rule (band \\[0.2, 0.6\\])" in text

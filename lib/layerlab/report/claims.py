@@ -303,7 +303,8 @@ def key_findings(claims: Iterable[Claim]) -> str:
                 why = c.reading
             elif c.ours is None:
                 why = c.note or "not computed"
-                why = why[:1].upper() + why[1:]  # a note ("not computed: ...") starts a sentence here
+                why = why[:1].upper() + why[1:]  # a note ("not computed: ...") is a sentence here
+                why = why if why.endswith((".", "!", "?")) else why + "."
             else:
                 ci = "" if c.ci_low is None else f", 95% CI [{fmt(c.ci_low)}, {fmt(c.ci_high)}]"
                 n = "" if c.n is None else f", n = {c.n} {c.unit}".rstrip()
