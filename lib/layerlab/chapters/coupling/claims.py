@@ -109,8 +109,8 @@ def _c3(tokens: dict, ks) -> list[Claim]:
         n = 0 if tokens.get(key) is None else len(tokens[key])
         if n < 2:
             rows.append(missing(id=cid, claim=text, paper="qualitative: context coupling exists, varies", tag="paper",
-                                reason=f"context Jacobians on {n} prompt{'' if n == 1 else 's'} at this profile (a full-sequence pass "
-                                "each); a test over prompts needs ≥ 2, a decision ≥ 6"))
+                                reason=f"context Jacobians on {n} prompt{'' if n == 1 else 's'} at this profile (a "
+                                "full-sequence pass each); a test over prompts needs ≥ 2, a decision ≥ 6"))
             continue
         rows.append(across_settings(
             id=cid, claim=text, paper="qualitative: context coupling exists, varies", tag="paper", ks=ks, rule=ABOVE,
