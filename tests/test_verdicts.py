@@ -225,3 +225,26 @@ def test_held_out_peak_drop_finds_a_real_fall():
     assert math.isclose(ev.estimate, 0.5, abs_tol=0.15)
     with pytest.raises(ValueError, match="n_units >= 4"):
         held_out_peak_drop(curves[:3], unit="documents")
+
+
+def test_supported_never_sits_beside_an_interval_that_reaches_the_null():
+    """Six seeds, all negative: the exact sign-flip p is 2^-6 = 0.016 <= 0.025, but the Student-t interval
+    of the mean still reaches 0 (growth's G1c in one build: -0.072 [-0.144, 0.0005]). The two procedures
+    disagree, so the row is inconclusive, and says why; with an interval that clears 0 it is supported."""
+    d = np.array([-0.30, -0.01, -0.02, -0.015, -0.05, -0.02])
+    ev = mean_effect(d, unit="seeds")
+    assert ev.p_less == pytest.approx(2.0 ** -6) and ev.high > 0
+    dec = Direction(direction="less").decide(ev)
+    assert dec.verdict == "inconclusive" and "its interval reaches 0" in dec.reading
+    assert "more units are needed" in dec.reading
+    tight = mean_effect(np.array([-0.05, -0.06, -0.055, -0.045, -0.05, -0.06]), unit="seeds")
+    assert tight.high < 0 and Direction(direction="less").decide(tight).verdict == "supported"
+    # the same disagreement the other way is no contradiction either
+    assert Direction(direction="greater").decide(ev).verdict == "inconclusive"
+    # two-sided: p = 2 * 2^-6 = 0.031 <= 0.05, interval reaches 0 -> inconclusive
+    two = Direction(direction="two-sided").decide(ev)
+    assert two.verdict == "inconclusive" and "two-sided test" in two.reading
+    # evidence without an interval is decided by its test alone
+    bare = Evidence(estimate=-0.1, low=None, high=None, p_greater=1.0, p_less=0.01, unit="seeds", n=6,
+                    method="test only", null=0.0, p_min=2.0 ** -6)
+    assert Direction(direction="less").decide(bare).verdict == "supported"

@@ -4,12 +4,15 @@ verdict, and the one-sentence reading of each outcome.
 Rules (each one a frozen dataclass with a ``name`` that the claim table prints):
 
 * :class:`Direction` — "the effect is above (below) the null". *supported*: the one-sided
-  permutation p-value in the claimed direction is <= alpha/2 (0.025: the two-sided 5% level);
-  *contradicted*: the same in the opposite direction;
+  permutation p-value in the claimed direction is <= alpha/2 (0.025: the two-sided 5% level) and the
+  shown interval lies on that side of the null (at small n a Student-t or bootstrap interval can still
+  reach the null when the exact test rejects: then the row is *inconclusive*, never "supported" beside
+  an interval containing the null); *contradicted*: the same in the opposite direction;
   *not supported*: the interval lies inside the stated equivalence ``margin`` around the null; else
   *inconclusive* (lack of power is never "contradicted" nor "not supported").
   With ``direction="two-sided"`` the claim is "there is an effect, either way": *supported* when the
-  two-sided p = min(1, 2 min(p_greater, p_less)) is <= alpha; there is no opposite side, so never
+  two-sided p = min(1, 2 min(p_greater, p_less)) is <= alpha and the interval excludes the null; there
+  is no opposite side, so never
   *contradicted* (only the equivalence ``margin`` can say "not supported").
 * :class:`Band` — "the value lies in [lo, hi]": supported if the interval is inside the band,
   contradicted if it is disjoint from it, inconclusive otherwise.
@@ -94,6 +97,24 @@ class Direction:
         self._check_null(ev)
         return _p(ev, direction) <= self.alpha / 2
 
+    def _interval_on_side(self, ev: Evidence, direction: str) -> bool:
+        """Whether the shown interval agrees with a test that rejected towards ``direction``: it lies wholly on
+        that side of the null (two-sided: excludes it); evidence without an interval has nothing to disagree."""
+        if not ev.has_interval or ev.low is None or ev.high is None:
+            return True
+        if direction == "greater":
+            return ev.low > self.null
+        if direction == "less":
+            return ev.high < self.null
+        return not ev.low <= self.null <= ev.high
+
+    def _disagree(self, est: str, test: str) -> Decision:
+        """The test rejected but the interval (a different procedure: Student-t, bootstrap) still reaches the
+        null: a reader would see "supported" beside an interval containing 0, so the row stays undecided."""
+        return Decision(verdict="inconclusive", rule=self.name,
+                        reading=f"The estimate {est} passes the {test} test, but its interval reaches "
+                        f"{fmt(self.null)}: the test and the interval disagree at this n, so more units are needed.")
+
     def decide(self, ev: Evidence) -> Decision:
         if self.direction == "two-sided":
             return self._decide_two_sided(ev)
@@ -102,12 +123,16 @@ class Direction:
         est = f"{fmt(ev.estimate)} ({_interval(ev)}; one-sided p = {p:.2g})"
         side = "above" if self.direction == "greater" else "below"
         if self._beyond(ev, self.direction):
+            if not self._interval_on_side(ev, self.direction):
+                return self._disagree(est, "one-sided")
             return Decision(
                 verdict="supported",
                 rule=self.name,
                 reading=f"The estimate {est} lies {side} {fmt(self.null)}, as claimed.",
             )
         if self._beyond(ev, other):
+            if not self._interval_on_side(ev, other):
+                return self._disagree(est, "opposite one-sided")
             opp = "below" if self.direction == "greater" else "above"
             return Decision(
                 verdict="contradicted",
@@ -144,6 +169,8 @@ class Direction:
         self._check_null(ev)
         p = _p(ev, "two-sided")
         est = f"{fmt(ev.estimate)} ({_interval(ev)}; two-sided p = {p:.2g})"
+        if p <= self.alpha and not self._interval_on_side(ev, "two-sided"):
+            return self._disagree(est, "two-sided")
         if p <= self.alpha:
             side = "above" if ev.p_greater <= ev.p_less else "below"
             return Decision(verdict="supported", rule=self.name,
