@@ -169,9 +169,9 @@ class Direction:
         self._check_null(ev)
         p = _p(ev, "two-sided")
         est = f"{fmt(ev.estimate)} ({_interval(ev)}; two-sided p = {p:.2g})"
-        if p <= self.alpha and not self._interval_on_side(ev, "two-sided"):
-            return self._disagree(est, "two-sided")
         if p <= self.alpha:
+            if not self._interval_on_side(ev, "two-sided"):
+                return self._disagree(est, "two-sided")
             side = "above" if ev.p_greater <= ev.p_less else "below"
             return Decision(verdict="supported", rule=self.name,
                             reading=f"The estimate {est} lies {side} {fmt(self.null)}: an effect, as claimed.")
