@@ -114,11 +114,23 @@ def test_a7_anti_layer_rule():
     sent_pos = _prof({14: (0.02, 0.01, 0.03)}, protocol="sentences", n=10)
     anti = _prof({14: (-0.01, -0.015, -0.005)})
     assert rules.a7_claim(pd.concat([anti, sent_neg]), 14, 0).verdict == "supported"
-    assert rules.a7_claim(pd.concat([anti, sent_pos]), 14, 0).verdict == "inconclusive"
+    unconfirmed = rules.a7_claim(pd.concat([anti, sent_pos]), 14, 0)
+    assert unconfirmed.verdict == "inconclusive" and unconfirmed.remedy.startswith("The 10 sentences' interval must")
     assert rules.a7_claim(_prof({14: (0.05, 0.03, 0.07)}), 14, 0).verdict == "contradicted"
     assert rules.a7_claim(_prof({14: (0.0, -0.001, 0.001)}), 14, 0).verdict == "not supported"
     assert rules.a7_claim(_prof({14: (0.0, -0.05, 0.05)}), 14, 0).verdict == "inconclusive"
     assert rules.a7_claim(_prof({3: (0.0, -0.05, 0.05)}), 14, 0).verdict == "inconclusive"
+
+
+def test_all_of_carries_the_remedies_of_its_undecided_components():
+    from layerlab.report.verdicts import Decision
+
+    ok = Decision(verdict="supported", rule="a", reading="A.")
+    short = Decision(verdict="inconclusive", rule="b", reading="B.", remedy="Only more seeds would.")
+    vague = Decision(verdict="inconclusive", rule="c", reading="C.")
+    assert rules.all_of([ok, short, short, vague], name="x").remedy == "Only more seeds would."
+    assert rules.all_of([ok, vague], name="x").remedy == ""  # the default (more units, or a larger effect)
+    assert rules.all_of([ok, short], name="x").verdict == "inconclusive"
 
 
 def test_h1_chosen_on_sentences_measured_on_documents():

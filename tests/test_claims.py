@@ -149,7 +149,8 @@ def test_what_would_change_follows_each_verdict():
             claims.Claim(id="E", verdict="contradicted", **{**base, "rule": "band [0.81, 1]"}),
             claims.Claim(id="F", verdict="not testable offline", **{**base, "note": "another model"}),
             claims.Claim(id="H", verdict="supported", **{**base, "ci_low": None, "ci_high": None}),
-            claims.Claim(id="G", verdict="inconclusive", **{**base, "reading": "It depends on the readout: a, b."})]
+            claims.Claim(id="G", verdict="inconclusive", **{**base, "reading": "It depends on the readout: a, b.",
+                                                             "remedy": "Agreement of the readouts would decide it."})]
     text = claims.what_would_change(rows)
     assert "**A** (supported): its interval \\[0.1, 0.5\\] over 12 documents clears the null" in text
     assert "**B** (inconclusive): undecided at 12 documents" in text
@@ -170,11 +171,13 @@ def test_what_would_change_follows_each_verdict():
         "each), under the rule (two-sided: effect ≠ 0; any of 141 (Holm)); new documents that left no test "
         "significant after the correction, or a different protocol, would undo the support.")
     assert "undecided at" not in text.split("**F**")[1].split("**G**")[0]
-    # an undecided row says why (its rule's reading) and, when it depends on a setting, what would decide it
+    # an undecided row says why (its rule's reading) and what would decide it: the remedy its rule states, else
+    # the default (more units, or a larger effect); the wording is never guessed from the reading's phrases
     assert "**H** (supported): its estimate 0.3 (no interval) over 12 documents clears the null" in text
     g = text.split("**G**")[1]
     assert "It depends on the readout." in g and "a, b" not in g
-    assert "Agreement of the settings" in g and "more documents" not in g.lower()
+    assert g.endswith("It depends on the readout. Agreement of the readouts would decide it.")
+    assert "more documents" not in g.lower()
     assert "**B** (inconclusive): undecided at 12 documents (interval \\[-0.1, 0.5\\]). More documents" in text
     # a not-computed row may be short of units by design: running it as it is need not decide it
     assert "not computed here (no GPU); a run that meets this could decide it." in text
@@ -191,8 +194,10 @@ def test_what_would_change_says_when_no_effect_size_can_decide_at_this_n():
     assert dec.verdict == "inconclusive"
     row = claims.Claim.decided(id="C6", claim="x", paper="x", tag="paper", evidence=ev, decision=dec, null="0")
     text = claims.what_would_change([row])
-    assert "the smallest attainable p is 0.12 \\> 0.025; more units are needed." in text
-    assert "A larger effect would not decide it." in text and "More seeds, or a larger effect" not in text
+    assert dec.remedy == ("With n = 3 seeds the smallest attainable p is 0.12 > 0.025, so no effect size can decide "
+                          "it: only more seeds would.")
+    assert text.endswith("cannot decide the claim. " + claims._md_escape(dec.remedy))
+    assert "More seeds, or a larger effect" not in text
 
 
 class _Cells(HTMLParser):
@@ -265,12 +270,14 @@ def test_what_would_change_names_the_plain_unit_of_a_compound_unit():
     assert "undecided at 128 examples (CI); 30 blocks (permutation)" in text  # n keeps the full description
 
 
-def test_what_would_change_keeps_a_reading_that_names_what_the_design_lacks():
+def test_what_would_change_says_what_the_design_lacks():
     row = claims.Claim(id="C10", claim="x", paper="x", tag="paper", ours=0.81, ci_low=0.28, ci_high=1.0, null="—",
                        n=9, unit="checkpoints of one run", verdict="inconclusive",
                        rule="design: one training run (no replicate seeds)",
                        reading="Spearman 0.81 over 9 checkpoints of a single run: checkpoints of one run are a time "
-                               "series, not independent units, so no test is valid; several seeds are needed.")
+                               "series, not independent units, so no test is valid; several seeds are needed.",
+                       remedy="Several seeds (replicate runs) would decide it; more checkpoints of one run would not.")
     text = claims.what_would_change([row])
-    assert text.endswith("so no test is valid; several seeds are needed.")
+    assert text.endswith("over 9 checkpoints of a single run. Several seeds (replicate runs) would decide it; more "
+                         "checkpoints of one run would not.")
     assert "More checkpoints" not in text and "larger effect" not in text

@@ -144,6 +144,12 @@ def test_disagreeing_settings_are_inconclusive_with_the_reason():
                           evidence=lambda col: mean_effect(data[col], unit="prompts"))
     assert row.verdict == "inconclusive" and "Depends on K/normalisation" in row.reading
     assert "K=8, trace" in row.reading and row.n == 10
+    assert row.remedy.startswith("Agreement of the (K, normalisation) settings, not more units alone")
+    # settings that agree carry their rule's remedy: at n = 3 no effect size can decide a sign-flip test
+    same = across_settings(id="Y", claim="x", paper="p", tag="paper", null="0", note="", ks=(4, 8),
+                           rule=Direction(direction="greater"),
+                           evidence=lambda col: mean_effect(data[col][:3], unit="seeds"))
+    assert same.verdict == "inconclusive" and "no effect size can decide it: only more seeds" in same.remedy
 
 
 def test_family_regime_rule():

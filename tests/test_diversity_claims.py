@@ -99,6 +99,7 @@ def test_missing_inputs_keep_their_rows():
 def test_readouts_that_disagree_make_the_claim_depend_on_the_readout():
     rows = {c.id: c for c in dc.claims(_result({"prompt": -1.0, "head": 1.0}))}
     assert rows["D3"].verdict == "inconclusive" and "depends on the readout" in rows["D3"].reading
+    assert rows["D3"].remedy == "Agreement of the readouts, not more units alone, would decide it."
 
 
 def test_tasks_at_chance_are_reported_but_excluded():

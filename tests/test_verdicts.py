@@ -110,6 +110,42 @@ def test_direction_on_real_evidence_and_too_few_units():
     assert four.verdict == "inconclusive" and "n = 4 prompts" in four.reading
 
 
+def test_each_undecided_outcome_states_what_would_decide_it():
+    """The rule that leaves a row undecided says what would decide it (``Decision.remedy``), so that the
+    chapter's "What would change our mind" never promises what the design cannot give."""
+    rule = Direction()
+    # lack of power: the default (more units, or a larger effect) applies, so no remedy of its own
+    assert rule.decide(_ev(0.1, -0.2, 0.4, 0.2, 0.8)).remedy == ""
+    # no effect size can decide a 3-seed sign-flip test (smallest p 1/8), one- or two-sided
+    three = mean_effect([5.0, 6.0, 7.0], unit="seeds (paired)")
+    assert rule.decide(three).remedy == ("With n = 3 seeds the smallest attainable p is 0.12 > 0.025, so no effect "
+                                         "size can decide it: only more seeds would.")
+    assert "smallest attainable p is 0.25 > 0.05" in Direction(direction="two-sided").decide(three).remedy
+    # the test rejects but the interval reaches the null: more units, not a larger effect
+    split = rule.decide(_ev(0.1, -0.01, 0.2, 0.01, 0.99))
+    assert split.verdict == "inconclusive" and split.remedy.startswith("More documents, enough for the test and")
+    # a band needs an interval
+    band = Band(lo=0.0, hi=1.0, source="s").decide(Evidence(estimate=0.5, low=None, high=None, p_greater=0.5,
+                                                             p_less=0.5, unit="runs", n=1, method="one run"))
+    assert band.verdict == "inconclusive" and band.remedy == "An interval, i.e. replicate runs, would decide it."
+    # decided rows need no remedy
+    assert rule.decide(_ev(0.5, 0.3, 0.7, 0.001, 0.999)).remedy == ""
+
+
+def test_a_family_says_when_no_effect_size_can_decide_it():
+    """Holm over m tests: "any" can reach the level only if m * (smallest attainable p) <= alpha / 2."""
+    five = [mean_effect(np.array([1.0, 2.0, 3.0, 4.0, 5.0]) * s, unit="members") for s in (1, -1, 1)]  # p_min 1/32
+    any3 = decide_family(Direction(), five, family="any")
+    assert any3.verdict == "inconclusive" and "smallest attainable Holm-adjusted p is 0.094 > 0.025" in any3.remedy
+    two = decide_family(Direction(direction="two-sided"), five[:1], family="any")
+    assert two.verdict == "inconclusive" and "0.062 > 0.05" in two.remedy
+    # with enough units per test the family is decidable, so lack of power keeps the default
+    rng = np.random.default_rng(0)
+    wide = [mean_effect(rng.normal(0.0, 1.0, 30), unit="members") for _ in range(3)]
+    dec = decide_family(Direction(), wide, family="any")
+    assert dec.verdict == "inconclusive" and dec.remedy == ""
+
+
 def test_direction_refuses_mismatched_null():
     with pytest.raises(ValueError, match="null"):
         Direction(null=1.0).decide(mean_effect([1.0, 2.0, 3.0], unit="seeds"))

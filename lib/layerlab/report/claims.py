@@ -49,8 +49,9 @@ class Claim:
     when not testable); ci_low/ci_high: its 95% CI; null: the null model / control and its value;
     verdict: one of :data:`VERDICTS`; note: caveats (protocol differences, offline model).
     unit/n: what was resampled and how many (e.g. "documents", 6); rule: the name of the verdict rule
-    (:mod:`layerlab.report.verdicts`); reading: the generated sentence that states the outcome.
-    Build rows from evidence with :meth:`Claim.decided`.
+    (:mod:`layerlab.report.verdicts`); reading: the generated sentence that states the outcome;
+    remedy: for an undecided row, what would decide it, as its rule states it (``Decision.remedy``; ""
+    for the default, more units or a larger effect). Build rows from evidence with :meth:`Claim.decided`.
     """
 
     id: str
@@ -67,6 +68,7 @@ class Claim:
     n: int | None = None
     rule: str = ""
     reading: str = ""
+    remedy: str = ""
 
     def __post_init__(self) -> None:
         tag = self.tag.strip("[]")
@@ -109,7 +111,14 @@ class Claim:
             n=evidence.n,
             rule=decision.rule,
             reading=decision.reading,
+            remedy=decision.remedy,
         )
+
+
+def plain_unit(unit: str) -> str:
+    """The plain unit of a compound unit description ("examples (CI); 30 blocks (permutation)" -> "examples",
+    "seeds (paired)" -> "seeds"; "" -> "units"), for sentences such as "more examples would decide it"."""
+    return re.split(r"[;(,]", unit or "")[0].strip() or "units"
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -338,8 +347,7 @@ def what_would_change(claims: Iterable[Claim]) -> str:
         if c.tag == "identity":
             continue
         n = f"{c.n} {c.unit}".strip() if c.n is not None else "the units measured"
-        # the plain unit ("examples (CI); 30 blocks (permutation)" -> "examples", "seeds (paired)" -> "seeds")
-        units = re.split(r"[;(,]", c.unit or "")[0].strip() or "units"
+        units = plain_unit(c.unit)
         ci = "" if c.ci_low is None else f" [{fmt(c.ci_low)}, {fmt(c.ci_high)}]"
         its = f"its interval{ci}" if ci else f"its estimate {fmt(c.ours)} (no interval)"
         reason = c.note.removeprefix("not computed: ")
@@ -368,17 +376,11 @@ def what_would_change(claims: Iterable[Claim]) -> str:
             text = f"not computed here ({reason or 'missing inputs'}); a run that meets this could decide it."
         else:
             under = f" under the rule ({c.rule})" if c.rule else ""
-            head, _, tail = c.reading.partition(": ")
             undecided = f"undecided at {n}{' (interval' + ci + ')' if ci else ''}{under}"
-            if "smallest attainable" in tail:  # no result at this n can reach the level, whatever the effect
-                text = f"{undecided}: {tail.strip()} A larger effect would not decide it."
-            elif "needed" in tail:  # the reading names what the design lacks (e.g. replicate runs): say that
-                text = f"{undecided}. {c.reading.strip()}"
-            else:
-                why = f" {head.strip().rstrip('.')}." if c.reading else ""  # the reading's first clause
-                remedy = ("Agreement of the settings it depends on, not more units alone, would decide it."
-                          if "depends on" in c.reading.lower() else
-                          f"More {units}, or a larger effect, would decide it.")
-                text = f"{undecided}.{why} {remedy}"
+            # the reading's first clause says why; the rule's remedy says what would decide it (a design limit
+            # such as a smallest attainable p, a disagreement between settings, one run) or, by default, more units
+            why = f" {c.reading.partition(': ')[0].strip().rstrip('.')}." if c.reading else ""
+            remedy = c.remedy or f"More {units}, or a larger effect, would decide it."
+            text = f"{undecided}.{why} {remedy}"
         lines.append(f"- **{c.id}** ({c.verdict}): {_md_escape(text)}")
     return "\n".join(lines) if lines else "- Every row is an identity: only a bug would change them."

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from layerlab.report.claims import Claim, fmt
+from layerlab.report.claims import Claim, fmt, plain_unit
 from layerlab.report.inference import Evidence, holm
 
 __all__ = ["ANY_EFFECT", "Band", "Decision", "Direction", "Equivalence", "Family", "Identity", "decide_family",
@@ -44,16 +44,26 @@ __all__ = ["ANY_EFFECT", "Band", "Decision", "Direction", "Equivalence", "Family
 
 @dataclass(frozen=True, kw_only=True)
 class Decision:
-    """A rule's outcome: the verdict, the rule's name and the sentence that reads it."""
+    """A rule's outcome: the verdict, the rule's name and the sentence that reads it. ``remedy``: for an
+    undecided verdict, what a replication would need to decide it, as the rule knows it (a sentence, e.g.
+    "no effect size can decide it at this n; more seeds would"); "" leaves the default of
+    :func:`layerlab.report.claims.what_would_change` (more units, or a larger effect)."""
 
     verdict: str
     rule: str
     reading: str
+    remedy: str = ""
 
 
 def _interval(ev: Evidence, digits: int = 3) -> str:
     ci = f"95% CI [{fmt(ev.low, digits)}, {fmt(ev.high, digits)}], " if ev.has_interval else ""
     return f"{ci}n = {ev.n} {ev.unit}"
+
+
+def _no_effect_size(ev: Evidence, p_min: float, level: float) -> str:
+    """The remedy of a row whose test cannot reach its level at this n, whatever the effect."""
+    return (f"With n = {ev.n} {plain_unit(ev.unit)} the smallest attainable p is {p_min:.2g} > {level:g}, so no "
+            f"effect size can decide it: only more {plain_unit(ev.unit)} would.")
 
 
 def _p(ev: Evidence, direction: str) -> float:
@@ -108,12 +118,14 @@ class Direction:
             return ev.high < self.null
         return not ev.low <= self.null <= ev.high
 
-    def _disagree(self, est: str, test: str) -> Decision:
+    def _disagree(self, est: str, test: str, unit: str) -> Decision:
         """The test rejected but the interval (a different procedure: Student-t, bootstrap) still reaches the
         null: a reader would see "supported" beside an interval containing 0, so the row stays undecided."""
         return Decision(verdict="inconclusive", rule=self.name,
                         reading=f"The estimate {est} passes the {test} test, but its interval reaches "
-                        f"{fmt(self.null)}: the test and the interval disagree at this n, so more units are needed.")
+                        f"{fmt(self.null)}: the test and the interval disagree at this n, so more units are needed.",
+                        remedy=f"More {plain_unit(unit)}, enough for the test and the interval to agree, would "
+                        "decide it.")
 
     def decide(self, ev: Evidence) -> Decision:
         if self.direction == "two-sided":
@@ -124,7 +136,7 @@ class Direction:
         side = "above" if self.direction == "greater" else "below"
         if self._beyond(ev, self.direction):
             if not self._interval_on_side(ev, self.direction):
-                return self._disagree(est, "one-sided")
+                return self._disagree(est, "one-sided", ev.unit)
             return Decision(
                 verdict="supported",
                 rule=self.name,
@@ -132,7 +144,7 @@ class Direction:
             )
         if self._beyond(ev, other):
             if not self._interval_on_side(ev, other):
-                return self._disagree(est, "opposite one-sided")
+                return self._disagree(est, "opposite one-sided", ev.unit)
             opp = "below" if self.direction == "greater" else "above"
             return Decision(
                 verdict="contradicted",
@@ -146,6 +158,7 @@ class Direction:
                 reading=f"The estimate {est} cannot decide the claim: with n = {ev.n} {ev.unit} the "
                 f"smallest attainable p is {ev.p_min:.2g} > {self.alpha / 2:g}; more units are "
                 "needed.",
+                remedy=_no_effect_size(ev, ev.p_min, self.alpha / 2),
             )
         if self._within_margin(ev):
             return Decision(
@@ -171,7 +184,7 @@ class Direction:
         est = f"{fmt(ev.estimate)} ({_interval(ev)}; two-sided p = {p:.2g})"
         if p <= self.alpha:
             if not self._interval_on_side(ev, "two-sided"):
-                return self._disagree(est, "two-sided")
+                return self._disagree(est, "two-sided", ev.unit)
             side = "above" if ev.p_greater <= ev.p_less else "below"
             return Decision(verdict="supported", rule=self.name,
                             reading=f"The estimate {est} lies {side} {fmt(self.null)}: an effect, as claimed.")
@@ -179,7 +192,8 @@ class Direction:
             return Decision(verdict="inconclusive", rule=self.name,
                             reading=f"The estimate {est} cannot decide the claim: with n = {ev.n} {ev.unit} the "
                             f"smallest attainable two-sided p is {min(1.0, 2 * ev.p_min):.2g} > {self.alpha:g}; "
-                            "more units are needed.")
+                            "more units are needed.",
+                            remedy=_no_effect_size(ev, min(1.0, 2 * ev.p_min), self.alpha))
         if self._within_margin(ev):
             return Decision(verdict="not supported", rule=self.name,
                             reading=f"The estimate {est} lies within ±{fmt(self.margin)} of {fmt(self.null)}: "
@@ -214,6 +228,7 @@ class Band:
                 verdict="inconclusive",
                 rule=self.name,
                 reading=f"{fmt(ev.estimate)} has no interval at n = {ev.n} {ev.unit}; a band needs one.",
+                remedy=f"An interval, i.e. replicate {plain_unit(ev.unit)}, would decide it.",
             )
         assert ev.low is not None and ev.high is not None
         est = f"{fmt(ev.estimate)} ({_interval(ev)})"
@@ -312,7 +327,21 @@ def decide_family(rule: Direction, evidence: Sequence[Evidence], *, family: str 
         rule=name,
         reading=f"{int(hit.sum())} of {m} tests are significant in the claimed direction and "
         f"{int(opp.sum())} in the opposite one after Holm correction ({units}).",
+        remedy=_family_remedy(evidence, family, a, two_sided=False),
     )
+
+
+def _family_remedy(evidence: Sequence[Evidence], family: str, level: float, *, two_sided: bool) -> str:
+    """A family that no effect size can decide at its n: with Holm, the smallest adjusted p of a member is at
+    least its smallest attainable p ("all": every member must pass) and at least m times the smallest one
+    ("any": the first step of Holm)."""
+    p_min = [min(1.0, (2 if two_sided else 1) * e.p_min) for e in evidence]
+    best = max(p_min) if family == "all" else len(p_min) * min(p_min)
+    if best <= level:
+        return ""
+    return (f"With n = {evidence[0].n} {plain_unit(evidence[0].unit)} per test and {len(p_min)} tests, the smallest "
+            f"attainable Holm-adjusted p is {min(1.0, best):.2g} > {level:g}, so no effect size can decide it: "
+            f"only more {plain_unit(evidence[0].unit)} would.")
 
 
 def _decide_family_two_sided(rule: Direction, evidence: Sequence[Evidence], family: str) -> Decision:
@@ -324,6 +353,7 @@ def _decide_family_two_sided(rule: Direction, evidence: Sequence[Evidence], fami
         verdict="supported" if ok else "inconclusive",
         rule=f"{rule.name}; {family} of {m} (Holm)",
         reading=f"{int(hit.sum())} of {m} tests are significant (two-sided) after Holm correction ({units}).",
+        remedy="" if ok else _family_remedy(evidence, family, rule.alpha, two_sided=True),
     )
 
 

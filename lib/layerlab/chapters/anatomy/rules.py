@@ -38,7 +38,9 @@ def all_of(decisions: Sequence[Decision], *, name: str) -> Decision:
         return Decision(verdict="contradicted", rule=name, reading=reading)
     if any(x == "not supported" for x in v):
         return Decision(verdict="not supported", rule=name, reading=reading)
-    return Decision(verdict="inconclusive", rule=name, reading=reading)
+    # what would decide it: the remedies its undecided components state (the default when none states one)
+    remedy = " ".join(dict.fromkeys(d.remedy for d in decisions if d.verdict == "inconclusive" and d.remedy))
+    return Decision(verdict="inconclusive", rule=name, reading=reading, remedy=remedy)
 
 
 # ---------------------------------------------------------------- weights
@@ -250,7 +252,9 @@ def a7_claim(profile: pd.DataFrame, layer: int, base: int, *, op: str = "neighbo
     sent_ok = r_s is not None and r_s.dnll_high < 0
     if dec.verdict == "supported" and not sent_ok:
         dec = Decision(verdict="inconclusive", rule=dec.rule + "; and the 10 sentences' CI < 0",
-                       reading=dec.reading + " The 10 sentences do not confirm it.")
+                       reading=dec.reading + " The 10 sentences do not confirm it.",
+                       remedy="The 10 sentences' interval must lie below 0 as well: more sentences, or a larger "
+                       "effect, would decide it.")
     elif dec.verdict == "inconclusive" and ev.low > math.log1p(PAPER_ANTI_PCT / 100):
         dec = Decision(verdict="not supported", rule=dec.rule + f"; not supported if the CI excludes {PAPER_ANTI_PCT}%",
                        reading=dec.reading + f" The interval excludes the paper's {PAPER_ANTI_PCT}%.")

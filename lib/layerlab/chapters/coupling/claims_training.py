@@ -132,7 +132,9 @@ def _c10(vit_rows: dict, skipped: dict) -> list[Claim]:
         ev = correlation(v[col], v["test_acc"], unit="checkpoints of one run")
         d = Decision(verdict="inconclusive", rule="design: one training run (no replicate seeds)",
                      reading=f"Spearman {ev.estimate:.2f} over {ev.n} checkpoints of a single run: checkpoints of one "
-                     "run are a time series, not independent units, so no test is valid; several seeds are needed.")
+                     "run are a time series, not independent units, so no test is valid; several seeds are needed.",
+                     remedy="Several seeds (replicate runs) would decide it; more checkpoints of one run would not, "
+                     "because they are a time series, not independent units.")
         out.append(Claim.decided(id=f"C10 ({name})", claim=text, paper="unknown", tag="paper", evidence=ev, decision=d,
                                  null="—", note="last patch token; interval not valid (no replicate runs)"))
     return out

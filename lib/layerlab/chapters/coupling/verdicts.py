@@ -47,7 +47,7 @@ def across_settings(*, id: str, claim: str, paper: str, tag: str, null: str, not
     rule_name = f"{rule.name}; all {len(evs)} (K, normalisation) settings must agree"
     if len(verdicts) == 1:
         reading = f"{hd.reading} The same verdict holds at every K and both normalisations ({len(evs)} settings)."
-        verdict = hd.verdict
+        verdict, remedy = hd.verdict, hd.remedy
     else:
         by: dict[str, list[str]] = {}
         for label, d in decs.items():
@@ -55,8 +55,10 @@ def across_settings(*, id: str, claim: str, paper: str, tag: str, null: str, not
         parts = "; ".join(f"{v} at {', '.join(labels)}" for v, labels in by.items())
         reading = f"Depends on K/normalisation: {parts}. At {head_label}: {hd.reading}"
         verdict = "inconclusive"
+        remedy = "Agreement of the (K, normalisation) settings, not more units alone, would decide it."
     return Claim.decided(id=id, claim=claim, paper=paper, tag=tag, evidence=head,
-                         decision=Decision(verdict=verdict, rule=rule_name, reading=reading), null=null,
+                         decision=Decision(verdict=verdict, rule=rule_name, reading=reading, remedy=remedy),
+                         null=null,
                          note=f"{note}; headline setting {head_label}; {head.method}".strip("; "))
 
 

@@ -74,13 +74,14 @@ def _row(result: DiversityResult, *, id: str, claim: str, paper: str, tag: str, 
         extra += CHANCE_RULE + "; "
     return Claim(id=id, claim=claim, paper=paper, tag=tag, ours=ev.estimate, ci_low=ev.low, ci_high=ev.high,
                  null=null, verdict=dec.verdict, note=extra + note, unit=ev.unit, n=ev.n, rule=dec.rule,
-                 reading=dec.reading)
+                 reading=dec.reading, remedy=dec.remedy)
 
 
 def _identity(*, id: str, claim: str, paper: str, err: float, tol: float, null: str, note: str) -> Claim:
     dec: Decision = Identity(tol=tol).decide_error(err)
     return Claim(id=id, claim=claim, paper=paper, tag="identity", ours=err, ci_low=None, ci_high=None, null=null,
-                 verdict=dec.verdict, note=note, rule=dec.rule, reading=dec.reading)
+                 verdict=dec.verdict, note=note, rule=dec.rule, reading=dec.reading,
+                 remedy=dec.remedy)
 
 
 def _all(result: DiversityResult, cid: str) -> list[dict]:

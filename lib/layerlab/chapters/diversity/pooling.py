@@ -98,7 +98,8 @@ def pool(rule: Direction, units: Mapping[str, Evidence | None], excluded: Mappin
         agree = "both readouts agree" if len(outcome) == 2 else "only one readout is eligible"
         return Decision(verdict=verdict, rule=name, reading=f"{verdict.capitalize()} ({agree}): {body}{tail}.")
     return Decision(verdict="inconclusive", rule=name,
-                    reading=f"It depends on the readout: {body}{tail}.")
+                    reading=f"It depends on the readout: {body}{tail}.",
+                    remedy="Agreement of the readouts, not more units alone, would decide it.")
 
 
 def headline(units: Mapping[str, Evidence | None], preferred: str) -> Evidence | None:
