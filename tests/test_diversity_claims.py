@@ -179,7 +179,8 @@ def test_claim_evidence_on_a_synthetic_readout_has_every_claim():
                           torch.tensor([0.5, -0.2, 0.1], dtype=torch.float64), labels,
                           half_scales=torch.rand(n, L, generator=g, dtype=torch.float64) + 0.5)
     out = de.claim_evidence(ro, n_boot=50, n_boot_info=30, n_perm=200)
-    assert {"D3", "D4", "D5", "D6", "D8", "D9", "D10", "D11", "peak"} <= set(out)
+    assert {"D3", "D4", "D5", "D6", "D6_fall", "D8", "D9", "D10", "D10_fall", "D11", "peak"} <= set(out)
+    assert out["D10_fall"]["unit"].startswith("examples (all; the largest fall, from depth")
     assert out["D4"]["error"] < 1e-10 and out["D11"]["error"] <= 1e-10
     assert out["D10"]["unit"].startswith("examples (held-out half")
 
@@ -218,3 +219,69 @@ def test_held_out_peak_on_binary_accuracy_is_calibrated_and_the_same_data_peak_i
                       seed=3)
     assert held.calibrated and held.power > 0.2
     assert naive.false_supported > held.false_supported
+
+
+def test_largest_fall_is_the_depth_with_the_largest_upper_bound():
+    rng = np.random.default_rng(0)
+    n, depths = 200, 8
+    flat = np.ones((n, depths)) + rng.normal(0, 0.1, (n, depths))
+    ev = de.largest_fall(flat, unit="examples")
+    falls = flat[:, :-1] - flat[:, -1:]
+    highs = [mean_effect(falls[:, k], unit="examples").high for k in range(depths - 1)]
+    assert ev.high == pytest.approx(max(highs)) and ev.n == n
+    assert f"from depth {int(np.argmax(highs))} to full depth" in ev.unit
+    # a curve that peaks mid-way and falls by 0.1: some depth's fall is large, whichever half would choose it
+    fall = flat.copy()
+    fall[:, 4] += 0.1
+    assert de.largest_fall(fall, unit="examples").low > 0.05
+    with pytest.raises(ValueError, match="n_units >= 2, n_depths >= 2"):
+        de.largest_fall(np.ones((5,)), unit="examples")
+
+
+def _peak_at_end_units(n: int = 128, fall: float = 0.0, seed: int = 0) -> tuple[dict, dict]:
+    """One task's D10 units: curves whose chosen peak is full depth (held-out drop 0 for every example), and
+    the all-example evidence of the largest fall (``fall`` added at depth 2)."""
+    rng = np.random.default_rng(seed)
+    c = np.linspace(0.5, 0.9, 6)[None] + rng.normal(0, 0.05, (n, 6))
+    c[:, 2] += fall
+    held = mean_effect(np.zeros(n), unit="examples")  # the chosen peak is full depth: 0 by construction
+    return {"sent/head": held}, {"sent/head": de.largest_fall(c, unit="examples")}
+
+
+def test_a_held_out_drop_of_zero_by_construction_is_no_evidence_of_no_fall():
+    rule = Direction(direction="greater", margin=0.02)
+    held, eq = _peak_at_end_units()
+    # the old reading: a zero-width interval at 0 lies "within the margin", whatever the curve
+    assert pool(rule, held).verdict == "not supported"
+    # judged on every depth's fall over all examples: a plateau that rises to full depth has no fall ...
+    d = pool(rule, held, equivalence=eq)
+    assert d.verdict == "not supported" and "fall from every depth to full depth lies below 0.02" in d.reading
+    assert "intersection-union" in d.rule
+    # ... but a fall of 0.3 at depth 2 (one the chosen half missed) is not "no fall": undecided
+    held, eq = _peak_at_end_units(fall=0.3)
+    assert pool(rule, held, equivalence=eq).verdict == "inconclusive"
+    # missing equivalence evidence never gives "not supported"
+    assert pool(rule, held, equivalence={"sent/head": None}).verdict == "inconclusive"
+
+
+def test_d6_and_d10_take_no_fall_from_their_fall_evidence():
+    r = _result(0.0, tasks=("sent",))
+    ev = r.tasks["sent"]["evidence"]
+    for ro in ev:
+        for cid in ("D6", "D10"):
+            ev[ro][cid] = dataclasses_asdict(mean_effect(np.zeros(128), unit="examples"))
+    rows = {c.id: c for c in dc.claims(r)}
+    # without the all-example evidence (an older result) the rows stay undecided, never "not supported"
+    assert rows["D6"].verdict == rows["D10"].verdict == "inconclusive"
+    for ro in ev:
+        for cid in ("D6", "D10"):
+            ev[ro][f"{cid}_fall"] = dataclasses_asdict(_peak_at_end_units(seed=len(ro))[1]["sent/head"])
+    rows = {c.id: c for c in dc.claims(r)}
+    assert rows["D6"].verdict == rows["D10"].verdict == "not supported"
+    assert "judged on all examples, at every depth" in rows["D10"].note
+
+
+def dataclasses_asdict(e):
+    import dataclasses
+
+    return dataclasses.asdict(e)

@@ -14,7 +14,11 @@ Designs (each simulated at the real n in the calibration appendix, cases "divers
   part beyond relevancy is not. Interval and p: bootstrap over examples, every term re-estimated.
 * D6 / D10: the peak depth chosen on one random half of the examples, the drop from it to full depth
   measured on the other half (``held_out_peak_drop``): per-example pointwise information
-  log2 p(y|S_k)/p(y) (D6; its mean is the plug-in I(S_k;Y)) and per-example correctness (D10).
+  log2 p(y|S_k)/p(y) (D6; its mean is the plug-in I(S_k;Y)) and per-example correctness (D10). That
+  decides "it falls" (or the opposite). "No fall of the claimed size" needs more: when the chosen peak
+  is full depth itself the held-out drop is 0 for every example whatever the curve, which is no evidence
+  of anything. :func:`largest_fall` gives that side its own evidence, on all examples: the fall from
+  *every* earlier depth to full depth must lie below the margin (an intersection-union test).
 * D8: partial correlation, across depths, of a term's mean curve with the accuracy curve given depth;
   interval from a bootstrap over examples (the curves are re-averaged), p the larger of the bootstrap p
   and the Freedman-Lane permutation p over depths (both must agree).
@@ -31,7 +35,7 @@ import numpy as np
 import layerlab.chapters.diversity.analysis as da
 from layerlab.metrics import diversity as dv
 from layerlab.metrics import infotheory as it
-from layerlab.report.inference import Evidence, held_out_peak_drop
+from layerlab.report.inference import Evidence, held_out_peak_drop, mean_effect
 from layerlab.report.resampled import (
     bootstrap_evidence,
     curve_partial_correlation,
@@ -51,6 +55,23 @@ D8_TERMS = ("mse", "bias", "div", "ce")
 
 def _ev(e: Evidence) -> dict:
     return dataclasses.asdict(e)
+
+
+def largest_fall(curves: np.ndarray, *, unit: str, seed: int = 0) -> Evidence:
+    """Evidence for "no fall of the claimed size" (D6 / D10's equivalence side), on all units.
+
+    curves: [n_units, n_depths]. For every depth k before full depth, the per-unit fall
+    ``curve[k] - curve[-1]`` has a mean and a 95% t-interval (:func:`mean_effect`); the depth whose upper
+    bound is largest is returned. "Every depth's fall lies below the margin" is an intersection-union
+    test (Berger 1982: each depth at the one-sided 2.5% level, no multiplicity correction needed), and it
+    holds iff this interval's upper end lies below the margin. Nothing is chosen on the estimate being
+    tested, so no units need to be held out."""
+    c = np.asarray(curves, dtype=np.float64)
+    if c.ndim != 2 or c.shape[0] < 2 or c.shape[1] < 2:
+        raise ValueError(f"largest_fall needs curves [n_units >= 2, n_depths >= 2], got shape {c.shape}")
+    evs = [mean_effect(c[:, k] - c[:, -1], unit=unit, seed=seed, n_perm=1000) for k in range(c.shape[1] - 1)]
+    k = int(np.argmax([e.high for e in evs]))
+    return dataclasses.replace(evs[k], unit=f"{unit} (all; the largest fall, from depth {k} to full depth)")
 
 
 def depth_terms(ro: dv.MemberReadout) -> dict[str, np.ndarray]:
@@ -189,10 +210,13 @@ def claim_evidence(ro: dv.MemberReadout, *, n_boot: int, n_boot_info: int, n_per
                   "centred_floor": float(da.per_example(ro, None, "centred")["bias"].mean())}
     out["D5"] = _d5(ro, n_boot_info, seed)
     S = dv.summaries(ro).numpy()
-    out["D6"] = _ev(held_out_peak_drop(pointwise_information(S, ro.labels.numpy()), unit=UNIT, seed=seed))
+    pmi = pointwise_information(S, ro.labels.numpy())
+    out["D6"] = _ev(held_out_peak_drop(pmi, unit=UNIT, seed=seed))
+    out["D6_fall"] = _ev(largest_fall(pmi, unit=UNIT, seed=seed))
     out["D8"] = _d8(terms, n_boot, n_perm, seed)
     out["D9"] = _d9(terms, n_boot, seed)
     out["D10"] = _ev(held_out_peak_drop(terms["acc"], unit=UNIT, seed=seed))
+    out["D10_fall"] = _ev(largest_fall(terms["acc"], unit=UNIT, seed=seed))
     half = np.random.default_rng(seed).permutation(n)[: n // 2]  # held_out_peak_drop's choosing half
     out["peak"] = {"depth": int(np.argmax(terms["acc"][half].mean(0))), "acc_final": float(terms["acc"][:, -1].mean()),
                    "acc_peak_all": float(terms["acc"].mean(0).max()), "depth_all": int(terms["acc"].mean(0).argmax())}

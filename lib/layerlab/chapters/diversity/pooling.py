@@ -8,7 +8,9 @@ Rule (named in the claim table as ``pooled over tasks (Holm, all) x readouts (ag
   family: *supported* if every task is significant in the claimed direction after Holm correction,
   *contradicted* if some task is significant the other way and none in the claimed one (tasks that are
   significant in both directions leave it *inconclusive*), *not supported* if every task lies inside
-  the rule's equivalence margin, else *inconclusive*;
+  the rule's equivalence margin (judged on the ``equivalence`` evidence where the claim gives one: D6 /
+  D10's largest fall, since a held-out drop from a peak at full depth is 0 by construction), else
+  *inconclusive*;
 * across readouts the verdicts must agree; if they differ the claim is *inconclusive* and the reading
   says that it depends on the readout;
 * a (task, readout) unit whose input is missing, or that the chapter's eligibility rule excludes (a
@@ -50,7 +52,8 @@ def agreement(evidence: Mapping[str, Evidence]) -> str:
     return "the tasks disagree in sign: " + "; ".join(parts)
 
 
-def _within(rule: Direction, evs: dict[str, Evidence]) -> tuple[str, str]:
+def _within(rule: Direction, evs: dict[str, Evidence],
+            equivalence: Mapping[str, Evidence | None] | None = None) -> tuple[str, str]:
     other = "less" if rule.direction == "greater" else "greater"
     names = list(evs)
     a = rule.alpha / 2
@@ -65,14 +68,24 @@ def _within(rule: Direction, evs: dict[str, Evidence]) -> tuple[str, str]:
         return "inconclusive", what + "; tasks are significant in both directions"
     if opp.any():
         return "contradicted", what
+    if rule.margin is not None and equivalence is not None:
+        eq = [equivalence.get(k) for k in names]
+        if all(e is not None and e.high is not None and e.high < rule.null + rule.margin for e in eq):
+            highs = ", ".join(f"{k.split('/')[0]} {fmt(e.high)}" for k, e in zip(names, eq, strict=True) if e)
+            return "not supported", what + (f"; in every task the fall from every depth to full depth lies below "
+                                            f"{fmt(rule.margin)} (largest 95% upper bound: {highs})")
+        return "inconclusive", what
     if rule.margin is not None and all(rule.decide(e).verdict == "not supported" for e in evs.values()):
         return "not supported", what + f"; every task within ±{fmt(rule.margin)} of {fmt(rule.null)}"
     return "inconclusive", what
 
 
-def pool(rule: Direction, units: Mapping[str, Evidence | None], excluded: Mapping[str, str] | None = None) -> Decision:
+def pool(rule: Direction, units: Mapping[str, Evidence | None], excluded: Mapping[str, str] | None = None, *,
+         equivalence: Mapping[str, Evidence | None] | None = None) -> Decision:
     """Decide one claim from its units ``{"<task>/<readout>": Evidence or None (missing)}``; ``excluded``
-    maps a unit to the reason it was left out (e.g. "at chance")."""
+    maps a unit to the reason it was left out (e.g. "at chance"). ``equivalence``: per unit, the evidence
+    that decides "not supported" instead of the unit's own (its interval's upper end must lie below
+    ``rule.null + rule.margin``), for claims whose tested statistic cannot show equivalence (D6 / D10)."""
     excluded = dict(excluded or {})
     by_readout: dict[str, dict[str, Evidence]] = {}
     missing = []
@@ -86,11 +99,13 @@ def pool(rule: Direction, units: Mapping[str, Evidence | None], excluded: Mappin
     left = ([f"excluded: {', '.join(f'{k} ({why})' for k, why in excluded.items())}"] if excluded else []) + (
         [f"missing: {', '.join(missing)}"] if missing else [])
     tail = f" ({'; '.join(left)})" if left else ""
-    name = f"{rule.name}; {POOL_RULE}"
+    iut = ("; not supported only if, in every task, the fall from every depth to full depth has its 95% upper "
+           "bound below the margin (all examples; intersection-union)" if equivalence is not None else "")
+    name = f"{rule.name}{iut}; {POOL_RULE}"
     if not by_readout:
         return Decision(verdict="inconclusive", rule=name,
                         reading=f"No (task, readout) unit could test the claim{tail}.")
-    outcome = {r: _within(rule, evs) for r, evs in by_readout.items()}
+    outcome = {r: _within(rule, evs, equivalence) for r, evs in by_readout.items()}
     verdicts = {v for v, _ in outcome.values()}
     body = "; ".join(f"{r} readout: {v}, {what}" for r, (v, what) in outcome.items())
     if len(verdicts) == 1:
