@@ -281,3 +281,21 @@ def test_what_would_change_says_what_the_design_lacks():
     assert text.endswith("over 9 checkpoints of a single run. Several seeds (replicate runs) would decide it; more "
                          "checkpoints of one run would not.")
     assert "More checkpoints" not in text and "larger effect" not in text
+
+
+def test_an_interval_never_prints_as_zero_width_when_it_is_not():
+    """Diversity D9 read "29 [29, 29]" for a lag of 29.009 [29.002, 29.015] blocks: the digits grow until
+    the ends differ, in the table, the key findings and the rules' readings alike."""
+    assert claims.fmt_interval(29.002204, 29.015379) == "[29, 29.02]"
+    assert claims.fmt_interval(0.1, 0.5) == "[0.1, 0.5]" and claims.fmt_interval(0.0, 0.0) == "[0, 0]"
+    row = claims.Claim(id="D9", claim="x", paper="x", tag="paper", ours=29.00874, ci_low=29.002204,
+                       ci_high=29.015379, null="0", verdict="supported", unit="examples", n=128)
+    t = claims.claim_table([row]).iloc[0]
+    assert t["95% CI"] == "[29, 29.02]" and t["ours"] == "29.01"
+    assert "ours 29.01, 95% CI \\[29, 29.02\\]" in claims.key_findings([row])
+    from layerlab.report.inference import Evidence
+    from layerlab.report.verdicts import Direction
+
+    ev = Evidence(estimate=29.00874, low=29.002204, high=29.015379, p_greater=0.001, p_less=0.999, unit="examples",
+                  n=128, method="bootstrap")
+    assert "95% CI [29, 29.02]" in Direction().decide(ev).reading

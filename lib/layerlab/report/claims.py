@@ -28,7 +28,10 @@ __all__ = [
     "claim_table",
     "render",
     "fmt",
+    "fmt_interval",
+    "interval_digits",
     "key_findings",
+    "plain_unit",
     "what_would_change",
     "verdict_from_ci",
     "verdict_identity",
@@ -129,6 +132,23 @@ def fmt(x: float | None, digits: int = 3) -> str:
     return f"{x:.0f}" if 10**digits <= abs(x) < 1e6 else f"{x:.{digits}g}"
 
 
+def interval_digits(low: float | None, high: float | None, digits: int = 3) -> int:
+    """The significant digits at which an interval's two ends print differently (``digits`` at least, 8 at
+    most): [29.002, 29.015] must not read "[29, 29]", a zero-width interval that it is not."""
+    if low is None or high is None or not low < high:
+        return digits
+    d = digits
+    while d < 8 and fmt(low, d) == fmt(high, d):
+        d += 1
+    return d
+
+
+def fmt_interval(low: float | None, high: float | None, digits: int = 3) -> str:
+    """"[low, high]" at :func:`interval_digits` (so that distinct ends never print alike)."""
+    d = interval_digits(low, high, digits)
+    return f"[{fmt(low, d)}, {fmt(high, d)}]"
+
+
 def _checked(claims: Iterable[Claim], where: str) -> list[Claim]:
     """The claims as a list; one clear error for none or for repeated ids."""
     claims = list(claims)
@@ -145,13 +165,13 @@ def claim_table(claims: Iterable[Claim], digits: int = 3) -> pd.DataFrame:
     claims = _checked(claims, "claim_table")
     rows = []
     for c in claims:
-        ci = "—" if c.ci_low is None else f"[{fmt(c.ci_low, digits)}, {fmt(c.ci_high, digits)}]"
+        ci = "—" if c.ci_low is None else fmt_interval(c.ci_low, c.ci_high, digits)
         row = {
             "id": c.id,
             "claim": c.claim,
             "tag": f"[{c.tag}]",
             "paper": c.paper,
-            "ours": fmt(c.ours, digits),
+            "ours": fmt(c.ours, interval_digits(c.ci_low, c.ci_high, digits)),
             "95% CI": ci,
             "null / control": c.null,
             "verdict": c.verdict,
@@ -315,9 +335,9 @@ def key_findings(claims: Iterable[Claim]) -> str:
                 why = why[:1].upper() + why[1:]  # a note ("not computed: ...") is a sentence here
                 why = why if why.endswith((".", "!", "?")) else why + "."
             else:
-                ci = "" if c.ci_low is None else f", 95% CI [{fmt(c.ci_low)}, {fmt(c.ci_high)}]"
+                ci = "" if c.ci_low is None else f", 95% CI {fmt_interval(c.ci_low, c.ci_high)}"
                 n = "" if c.n is None else f", n = {c.n} {c.unit}".rstrip()
-                why = f"ours {fmt(c.ours)}{ci}{n}."
+                why = f"ours {fmt(c.ours, interval_digits(c.ci_low, c.ci_high))}{ci}{n}."
             lines.append(f"  - **{c.id}** {_md_escape(c.claim)}. {_md_escape(why)}")
     ident = [c for c in claims if c.tag == "identity"]
     if ident:
@@ -348,7 +368,7 @@ def what_would_change(claims: Iterable[Claim]) -> str:
             continue
         n = f"{c.n} {c.unit}".strip() if c.n is not None else "the units measured"
         units = plain_unit(c.unit)
-        ci = "" if c.ci_low is None else f" [{fmt(c.ci_low)}, {fmt(c.ci_high)}]"
+        ci = "" if c.ci_low is None else f" {fmt_interval(c.ci_low, c.ci_high)}"
         its = f"its interval{ci}" if ci else f"its estimate {fmt(c.ours)} (no interval)"
         reason = c.note.removeprefix("not computed: ")
         if c.verdict == "not testable offline":

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from layerlab.report.claims import Claim, fmt, plain_unit
+from layerlab.report.claims import Claim, fmt, fmt_interval, plain_unit
 from layerlab.report.inference import Evidence, holm
 
 __all__ = ["ANY_EFFECT", "Band", "Decision", "Direction", "Equivalence", "Family", "Identity", "decide_family",
@@ -56,7 +56,7 @@ class Decision:
 
 
 def _interval(ev: Evidence, digits: int = 3) -> str:
-    ci = f"95% CI [{fmt(ev.low, digits)}, {fmt(ev.high, digits)}], " if ev.has_interval else ""
+    ci = f"95% CI {fmt_interval(ev.low, ev.high, digits)}, " if ev.has_interval else ""
     return f"{ci}n = {ev.n} {ev.unit}"
 
 
