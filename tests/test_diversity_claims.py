@@ -33,6 +33,8 @@ def _ev(effect: float, n: int = 128, seed: int = 0) -> dict:
 def _evidence(effect: float, n: int, seed: int, miss: bool = False) -> dict:
     m = {"missing": "synthetic: not computed"}
     e = {c: (m if miss else _ev(SIGN.get(c, 1.0) * effect, n, seed + i)) for i, c in enumerate(EMPIRICAL)}
+    for c in ("D6", "D10"):  # the fall from every depth to full depth, on all examples (decides the other side)
+        e[f"{c}_fall"] = m if miss else _ev(effect, n, seed + 50)
     e["D8"] = {t: e["D8"] for t in ("mse", "bias", "div", "ce")}
     e["D9"] = {"normalised": e["D9"], "raw": e["D9"]}
     e["D4"] = {"error": 1e-16, "corr_bias_omega": 0.99, "corr_div_omega": 0.99, "corr_bias_div": 0.99}
@@ -239,10 +241,10 @@ def test_largest_fall_is_the_depth_with_the_largest_upper_bound():
 
 
 def _peak_at_end_units(n: int = 128, fall: float = 0.0, seed: int = 0) -> tuple[dict, dict]:
-    """One task's D10 units: curves whose chosen peak is full depth (held-out drop 0 for every example), and
-    the all-example evidence of the largest fall (``fall`` added at depth 2)."""
+    """One task's D10 units: curves that rise and plateau, whose chosen peak is full depth (held-out drop 0
+    for every example), and the all-example evidence of the largest fall (``fall`` added at depth 2)."""
     rng = np.random.default_rng(seed)
-    c = np.linspace(0.5, 0.9, 6)[None] + rng.normal(0, 0.05, (n, 6))
+    c = np.array([0.5, 0.7, 0.9, 0.9, 0.9, 0.9])[None] + rng.normal(0, 0.03, (n, 6))  # rises, then plateaus
     c[:, 2] += fall
     held = mean_effect(np.zeros(n), unit="examples")  # the chosen peak is full depth: 0 by construction
     return {"sent/head": held}, {"sent/head": de.largest_fall(c, unit="examples")}
@@ -256,8 +258,17 @@ def test_a_held_out_drop_of_zero_by_construction_is_no_evidence_of_no_fall():
     # judged on every depth's fall over all examples: a plateau that rises to full depth has no fall ...
     d = pool(rule, held, equivalence=eq)
     assert d.verdict == "not supported" and "fall from every depth to full depth lies below 0.02" in d.reading
-    assert "intersection-union" in d.rule
-    # ... but a fall of 0.3 at depth 2 (one the chosen half missed) is not "no fall": undecided
+    assert "intersection-union" in d.rule and "below 0 / 0.02" in d.rule and "±" not in d.rule
+    # a curve that rises to full depth: every depth's fall is below 0, which is evidence the other way
+    rise = 0.5 + 0.3 * np.arange(6)[None] / 5 + np.random.default_rng(1).normal(0, 0.05, (128, 6))
+    up = pool(rule, held, equivalence={"sent/head": de.largest_fall(rise, unit="examples")})
+    assert up.verdict == "contradicted" and "full depth beats every earlier depth" in up.reading
+    # a held-out drop below 0 says only that the chosen depth is no peak on the other half: not "contradicted"
+    below = {"sent/head": mean_effect(np.random.default_rng(2).normal(-0.2, 0.1, 64), unit="examples")}
+    assert pool(rule, below).verdict == "contradicted"  # without the fall evidence (other claims): as before
+    assert pool(rule, below, equivalence={"sent/head": _peak_at_end_units(fall=0.3)[1]["sent/head"]}).verdict == \
+        "inconclusive"
+    # ... and a fall of 0.3 at depth 2 (one the chosen half missed) is not "no fall": undecided
     held, eq = _peak_at_end_units(fall=0.3)
     assert pool(rule, held, equivalence=eq).verdict == "inconclusive"
     # missing equivalence evidence never gives "not supported"

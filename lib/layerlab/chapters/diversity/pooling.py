@@ -8,9 +8,10 @@ Rule (named in the claim table as ``pooled over tasks (Holm, all) x readouts (ag
   family: *supported* if every task is significant in the claimed direction after Holm correction,
   *contradicted* if some task is significant the other way and none in the claimed one (tasks that are
   significant in both directions leave it *inconclusive*), *not supported* if every task lies inside
-  the rule's equivalence margin (judged on the ``equivalence`` evidence where the claim gives one: D6 /
-  D10's largest fall, since a held-out drop from a peak at full depth is 0 by construction), else
-  *inconclusive*;
+  the rule's equivalence margin, else *inconclusive*. Where the claim gives ``equivalence`` evidence (D6 /
+  D10: the largest fall from any depth to full depth, on all examples; a held-out drop from a peak chosen
+  at full depth is 0 by construction) that evidence decides the other side: *contradicted* if in every
+  task every depth's fall has its 95% upper bound below the null, *not supported* if below the margin;
 * across readouts the verdicts must agree; if they differ the claim is *inconclusive* and the reading
   says that it depends on the readout;
 * a (task, readout) unit whose input is missing, or that the chapter's eligibility rule excludes (a
@@ -66,15 +67,21 @@ def _within(rule: Direction, evs: dict[str, Evidence],
         return "supported", what
     if opp.any() and hit.any():
         return "inconclusive", what + "; tasks are significant in both directions"
+    if rule.margin is not None and equivalence is not None:
+        # a peak-then-fall claim: a held-out drop below 0 only says that the depth one half chose is not a peak
+        # on the other; the evidence the other way is every depth's fall, on all examples (intersection-union)
+        eq = [equivalence.get(k) for k in names]
+        if all(e is not None and e.high is not None for e in eq):
+            highs = ", ".join(f"{k.split('/')[0]} {fmt(e.high)}" for k, e in zip(names, eq, strict=True) if e)
+            if all(e.high < rule.null for e in eq if e):
+                return "contradicted", what + (f"; in every task full depth beats every earlier depth (largest 95% "
+                                               f"upper bound of a fall: {highs})")
+            if all(e.high < rule.null + rule.margin for e in eq if e):
+                return "not supported", what + (f"; in every task the fall from every depth to full depth lies "
+                                                f"below {fmt(rule.margin)} (largest 95% upper bound: {highs})")
+        return "inconclusive", what
     if opp.any():
         return "contradicted", what
-    if rule.margin is not None and equivalence is not None:
-        eq = [equivalence.get(k) for k in names]
-        if all(e is not None and e.high is not None and e.high < rule.null + rule.margin for e in eq):
-            highs = ", ".join(f"{k.split('/')[0]} {fmt(e.high)}" for k, e in zip(names, eq, strict=True) if e)
-            return "not supported", what + (f"; in every task the fall from every depth to full depth lies below "
-                                            f"{fmt(rule.margin)} (largest 95% upper bound: {highs})")
-        return "inconclusive", what
     if rule.margin is not None and all(rule.decide(e).verdict == "not supported" for e in evs.values()):
         return "not supported", what + f"; every task within ±{fmt(rule.margin)} of {fmt(rule.null)}"
     return "inconclusive", what
@@ -99,9 +106,13 @@ def pool(rule: Direction, units: Mapping[str, Evidence | None], excluded: Mappin
     left = ([f"excluded: {', '.join(f'{k} ({why})' for k, why in excluded.items())}"] if excluded else []) + (
         [f"missing: {', '.join(missing)}"] if missing else [])
     tail = f" ({'; '.join(left)})" if left else ""
-    iut = ("; not supported only if, in every task, the fall from every depth to full depth has its 95% upper "
-           "bound below the margin (all examples; intersection-union)" if equivalence is not None else "")
-    name = f"{rule.name}{iut}; {POOL_RULE}"
+    if equivalence is not None and rule.margin is not None:  # the margin is one-sided here: a fall below it
+        bare = Direction(direction=rule.direction, null=rule.null, alpha=rule.alpha).name
+        name = (f"{bare}; contradicted / not supported only if, in every task, the fall from every depth to full "
+                f"depth has its 95% upper bound below {fmt(rule.null)} / {fmt(rule.margin)} (all examples; "
+                f"intersection-union); {POOL_RULE}")
+    else:
+        name = f"{rule.name}; {POOL_RULE}"
     if not by_readout:
         return Decision(verdict="inconclusive", rule=name,
                         reading=f"No (task, readout) unit could test the claim{tail}.")
