@@ -139,6 +139,16 @@ def test_a_family_says_when_no_effect_size_can_decide_it():
     assert any3.verdict == "inconclusive" and "smallest attainable Holm-adjusted p is 0.094 > 0.025" in any3.remedy
     two = decide_family(Direction(direction="two-sided"), five[:1], family="any")
     assert two.verdict == "inconclusive" and "0.062 > 0.05" in two.remedy
+    # "all": every member must pass after Holm; two members at 6 units (p_min 1/64 each) can reach at best
+    # 2/64 = 0.031 > 0.025, so no effect size decides them, though each alone could be decided
+    six = [mean_effect(np.array([0.1, -0.2, 0.3, 0.1, 0.2, -0.1]) + s, unit="seeds") for s in (0.0, 0.05)]
+    pair = decide_family(Direction(), six, family="all")
+    assert pair.verdict == "inconclusive" and "n = 6 seeds per test and 2 tests" in pair.remedy
+    assert "smallest attainable Holm-adjusted p is 0.031 > 0.025" in pair.remedy
+    assert Direction().decide(six[0]).remedy == ""  # one test at n = 6 can reach 1/64
+    # members of different n: Holm of (1/64, 1/32) is (0.031, 0.031), so "any" cannot be decided either
+    mixed = decide_family(Direction(), [six[0], mean_effect(np.arange(1.0, 6.0), unit="seeds")], family="any")
+    assert mixed.verdict == "inconclusive" and "n = 5-6 seeds per test" in mixed.remedy
     # with enough units per test the family is decidable, so lack of power keeps the default
     rng = np.random.default_rng(0)
     wide = [mean_effect(rng.normal(0.0, 1.0, 30), unit="members") for _ in range(3)]

@@ -332,16 +332,18 @@ def decide_family(rule: Direction, evidence: Sequence[Evidence], *, family: str 
 
 
 def _family_remedy(evidence: Sequence[Evidence], family: str, level: float, *, two_sided: bool) -> str:
-    """A family that no effect size can decide at its n: with Holm, the smallest adjusted p of a member is at
-    least its smallest attainable p ("all": every member must pass) and at least m times the smallest one
-    ("any": the first step of Holm)."""
-    p_min = [min(1.0, (2 if two_sided else 1) * e.p_min) for e in evidence]
-    best = max(p_min) if family == "all" else len(p_min) * min(p_min)
+    """The remedy of a family that no effect size can decide at its n. Holm's adjusted p-values only grow
+    with the raw ones, so the smallest attainable ones are Holm of the members' smallest attainable p:
+    "any" needs the least of them at the level, "all" the largest."""
+    p_min = holm([min(1.0, (2 if two_sided else 1) * e.p_min) for e in evidence])
+    best = float(p_min.max() if family == "all" else p_min.min())
     if best <= level:
         return ""
-    return (f"With n = {evidence[0].n} {plain_unit(evidence[0].unit)} per test and {len(p_min)} tests, the smallest "
-            f"attainable Holm-adjusted p is {min(1.0, best):.2g} > {level:g}, so no effect size can decide it: "
-            f"only more {plain_unit(evidence[0].unit)} would.")
+    ns = sorted({e.n for e in evidence})
+    n = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+    unit = plain_unit(evidence[0].unit)
+    return (f"With n = {n} {unit} per test and {len(evidence)} tests, the smallest attainable Holm-adjusted p is "
+            f"{best:.2g} > {level:g}, so no effect size can decide it: only more {unit} would.")
 
 
 def _decide_family_two_sided(rule: Direction, evidence: Sequence[Evidence], family: str) -> Decision:
