@@ -271,8 +271,10 @@ def test_a_held_out_drop_of_zero_by_construction_is_no_evidence_of_no_fall():
     # ... and a fall of 0.3 at depth 2 (one the chosen half missed) is not "no fall": undecided
     held, eq = _peak_at_end_units(fall=0.3)
     assert pool(rule, held, equivalence=eq).verdict == "inconclusive"
+    assert "some fall to full depth may reach 0.02" in pool(rule, held, equivalence=eq).reading
     # missing equivalence evidence never gives "not supported"
-    assert pool(rule, held, equivalence={"sent/head": None}).verdict == "inconclusive"
+    gone = pool(rule, held, equivalence={"sent/head": None})
+    assert gone.verdict == "inconclusive" and "fall evidence is missing" in gone.reading
 
 
 def test_d6_and_d10_take_no_fall_from_their_fall_evidence():

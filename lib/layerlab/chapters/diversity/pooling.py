@@ -79,7 +79,9 @@ def _within(rule: Direction, evs: dict[str, Evidence],
             if all(e.high < rule.null + rule.margin for e in eq if e):
                 return "not supported", what + (f"; in every task the fall from every depth to full depth lies "
                                                 f"below {fmt(rule.margin)} (largest 95% upper bound: {highs})")
-        return "inconclusive", what
+            return "inconclusive", what + (f"; some fall to full depth may reach {fmt(rule.margin)} (largest 95% "
+                                           f"upper bound: {highs}), so no fall is not shown either")
+        return "inconclusive", what + "; the all-example fall evidence is missing, so no fall cannot be judged"
     if opp.any():
         return "contradicted", what
     if rule.margin is not None and all(rule.decide(e).verdict == "not supported" for e in evs.values()):
