@@ -298,3 +298,33 @@ def dataclasses_asdict(e):
     import dataclasses
 
     return dataclasses.asdict(e)
+
+
+def test_the_no_fall_sides_are_calibrated_at_the_chapter_n():
+    """D6/D10's intersection-union sides at the chapter's n (128 examples, 31 depths), simulated: with a true
+    fall exactly at the margin, "not supported" is wrong at most 5% of the time; with a true plateau (falls of
+    exactly 0 over the last depths), "contradicted" is wrong at most 5%; a curve that keeps rising is called
+    contradicted most of the time (power). The price of the intersection-union test is power for "no fall":
+    at noise sd 0.1 a plateau is rarely "not supported" (every depth's bound must clear the
+    margin), at sd 0.03 most of the time."""
+    rule, sims, n, depths, sd = Direction(direction="greater", margin=0.02), 150, 128, 31, 0.1
+    rng = np.random.default_rng(0)
+    shape = 1 - np.exp(-6 * np.linspace(0, 1, depths))  # rises, then plateaus
+    held = {"t/r": mean_effect(np.zeros(n), unit="examples")}  # the chosen peak is full depth (the hard case)
+
+    def verdicts(curve: np.ndarray) -> list[str]:
+        out = []
+        for _ in range(sims):
+            c = curve[None] + rng.normal(0.0, sd, (n, depths))
+            out.append(pool(rule, held, equivalence={"t/r": de.largest_fall(c, unit="examples")}).verdict)
+        return out
+
+    at_margin = shape.copy()
+    at_margin[20] += 0.02 + (shape[-1] - shape[20])  # depth 20 sits exactly one margin above full depth
+    assert np.mean([v == "not supported" for v in verdicts(at_margin)]) <= 0.05
+    plateau = verdicts(shape)
+    assert np.mean([v == "contradicted" for v in plateau]) <= 0.05
+    sd = 0.03
+    assert np.mean([v == "not supported" for v in verdicts(shape)]) >= 0.8
+    rising = np.linspace(0.0, 1.0, depths)
+    assert np.mean([v == "contradicted" for v in verdicts(rising)]) >= 0.8
