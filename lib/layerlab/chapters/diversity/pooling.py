@@ -20,6 +20,7 @@ Rule (named in the claim table as ``pooled over tasks (Holm, all) x readouts (ag
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import numpy as np
@@ -109,7 +110,7 @@ def pool(rule: Direction, units: Mapping[str, Evidence | None], excluded: Mappin
         [f"missing: {', '.join(missing)}"] if missing else [])
     tail = f" ({'; '.join(left)})" if left else ""
     if equivalence is not None and rule.margin is not None:  # the margin is one-sided here: a fall below it
-        bare = Direction(direction=rule.direction, null=rule.null, alpha=rule.alpha).name
+        bare = dataclasses.replace(rule, margin=None).name
         name = (f"{bare}; contradicted / not supported only if, in every task, the fall from every depth to full "
                 f"depth has its 95% upper bound below {fmt(rule.null)} / {fmt(rule.margin)} (all examples; "
                 f"intersection-union); {POOL_RULE}")
