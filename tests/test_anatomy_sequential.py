@@ -119,6 +119,51 @@ def test_budget_force_takes_exactly_the_named_rows_to_the_last_look(own_cache):
     both = looks((5,))
     assert both["skip@5"] == both["neighbour_avg@5"] == last
     assert budget.DECIDING_A5_A7 == tuple(f"neighbour_avg@{x}" for x in (7, 8, 9, 10, 11, 13, 14, 16, 17))
-    for bad in ("neighbour_avg@18", "skip_mlp@3", "nb@3", 18, -1):
+    for bad in ("neighbour_avg@18", "skip_mlp@3", "nb@3", 18, -1, "deciding"):
         with pytest.raises(ValueError, match="names no row"):
             looks((bad,))
+    # DECIDING: the rows deciding_rows picks (on the evidence of each look) reach the last look, the others
+    # are as without it
+    assert len(P.budget_docs) == 2  # so the first look's evidence alone picks the rows that go on
+    prof, ex = budget.adaptive_profile(P, model, tok, PRIMARY_OPS, window=P.window, windows_per_doc=P.budget_windows,
+                                       max_looks=len(P.budget_docs), protocol="large", force=(budget.DECIDING,))
+    got = {f"{r.op}@{r.layer}": (int(r.looks), int(r.n_docs)) for r in prof.itertuples()}
+    first = {n: sequential_mean([np.asarray(v)], budget.design(P), unit="documents", seed=P.seed)
+             for n, v in ex["first_values"].items()}
+    want = budget.deciding_rows(first)
+    assert want and {n for n, v in got.items() if v == last} == want | {n for n, v in free.items() if v == last}
+    assert all(got[n] == free[n] for n in got if n not in want)
+    pushed = set(prof[prof.forced].op + "@" + prof[prof.forced].layer.astype(str))
+    assert pushed == {n for n in want if free[n][0] == 1}  # settled at the first look, went on all the same
+
+
+def test_a_protocol_planned_with_fewer_looks_spends_the_whole_level_on_them():
+    from layerlab.chapters.anatomy import budget
+    from layerlab.chapters.anatomy.presets import preset
+
+    P = preset("cpu")
+    assert budget.design(P) == SequentialDesign(looks=(8, 16, 32), weights=(0.25, 0.25, 0.5))
+    assert budget.design(P, 1) == SequentialDesign(looks=(8,), weights=(1.0,))
+    assert budget.design(P, 2) == SequentialDesign(looks=(8, 16), weights=(0.5, 0.5))
+    assert budget.design(P, 1).level(0) == pytest.approx(0.95)
+
+
+def test_deciding_rows_are_the_anti_layers_and_the_core_rows_not_above_the_critical_line():
+    from layerlab.chapters.anatomy import budget
+    from layerlab.metrics.ablation import PAPER_ANTI, PAPER_CORE, paper_layers
+
+    def ev(mean):  # eight documents tightly around ``mean`` (nats)
+        return mean_effect(mean + np.array([0.01, -0.01, 0.005, -0.005, 0.01, -0.01, 0.0, 0.0]), unit="documents")
+
+    anti = {f"neighbour_avg@{x}" for b in (0, 1) for x in paper_layers(PAPER_ANTI, b)}
+    core = {b: [f"neighbour_avg@{x}" for x in paper_layers(PAPER_CORE, b)] for b in (0, 1)}
+    layers = range(18)
+    every_core_critical = {f"neighbour_avg@{x}": ev(2.0) for x in layers}
+    assert budget.deciding_rows(every_core_critical) == anti | set(core[0]) | set(core[1])
+    one_weak = {**every_core_critical, "neighbour_avg@9": ev(0.2)}  # layer 9 is core in both readings
+    assert budget.deciding_rows(one_weak) == anti | {"neighbour_avg@9"}
+    straddling = {**every_core_critical, "neighbour_avg@7": ev(0.69)}  # core only 1-based; log 2 inside
+    assert budget.deciding_rows(straddling) == anti | set(core[0]) | {"neighbour_avg@7"}
+    shallow = {f"neighbour_avg@{x}": ev(2.0) for x in range(12)}  # no anti-layer rows, core 7-11 present
+    assert budget.deciding_rows(shallow) == set(core[0]) | set(core[1])
+    assert budget.deciding_rows({}) == set()

@@ -18,18 +18,21 @@ calibrates on ``validation``. The NLLs come from the prefix-cached engine
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
+from layerlab.chapters.anatomy.presets import DECIDING
 from layerlab.core.cache import cached_json
 from layerlab.metrics import ablation
 from layerlab.report.sequential import SequentialDesign, sequential_mean, settled
 
-__all__ = ["DECIDING_A5_A7", "REDUNDANT_BAND", "THRESHOLDS", "adaptive_profile", "decided", "design", "doc_sample",
-           "document_plan", "forced", "pool_windows"]
+__all__ = ["DECIDING", "DECIDING_A5_A7", "REDUNDANT_BAND", "THRESHOLDS", "adaptive_profile", "decided",
+           "deciding_rows", "design", "doc_sample", "document_plan", "forced", "pool_windows"]
 
 #: ΔNLL decision thresholds (nats): no effect, the redundant line (ΔPPL 1%), the critical line (ΔPPL 100%).
 THRESHOLDS: tuple[float, ...] = (0.0, math.log1p(0.01), math.log(2.0))
@@ -38,13 +41,33 @@ THRESHOLDS: tuple[float, ...] = (0.0, math.log1p(0.01), math.log(2.0))
 REDUNDANT_BAND: tuple[float, float] = (math.log1p(-0.006), math.log1p(0.01))
 
 
-#: The rows that decide A5 (every core layer critical) and A7 (each anti-layer) in either reading of the
-#: paper's layer numbers: the neighbour average (the claims' operator) on layers 7-11, 13, 14, 16 and 17.
-#: ``preset("cpu", budget_force=DECIDING_A5_A7)`` takes exactly these to the last look (32 documents,
-#: 32,130 scored tokens at cpu: up to 4 windows each, one document holds fewer), and no other row.
+#: Every row that can decide A5 (every core layer critical) or A7 (each anti-layer) in either reading of
+#: the paper's layer numbers: the neighbour average (the claims' operator) on layers 7-11, 13, 14, 16 and
+#: 17. ``preset("cpu", budget_force=DECIDING_A5_A7)`` takes all nine to the last look (32 documents,
+#: 32,130 scored tokens at cpu: up to 4 windows each, one document holds fewer), and no other row; the
+#: cpu default, :data:`DECIDING`, takes only those that decide the verdicts (:func:`deciding_rows`).
 _NAMED = (*ablation.PAPER_CORE, *ablation.PAPER_ANTI)
 DECIDING_A5_A7: tuple[str, ...] = tuple(
     f"neighbour_avg@{x}" for x in sorted({x for base in (0, 1) for x in ablation.paper_layers(_NAMED, base)}))
+
+
+def deciding_rows(evidence: Mapping[str, Any], *, op: str = "neighbour_avg") -> set[str]:
+    """The rows that decide A5 and A7 given the evidence so far (``evidence``: {"op@layer": Evidence}).
+
+    A7 (one claim per anti-layer and reading) is decided by its own row: every anti-layer row. A5 (every
+    core layer critical, ΔPPL > +100%) is decided, in each reading, by the core rows whose interval does not
+    yet lie above the critical line: the ones that can make it "contradicted" (an interval wholly below
+    the line) or keep it open. When every core row of a reading already lies above the line, all of
+    them decide it ("supported" needs each one). The repeated intervals hold at every look, so choosing
+    which rows go on from the data seen so far keeps them valid. Rows a shallow model lacks are left out.
+    """
+    rows = {f"{op}@{x}" for base in (0, 1) for x in ablation.paper_layers(ablation.PAPER_ANTI, base)}
+    critical = THRESHOLDS[2]
+    for base in (0, 1):
+        core = [n for n in (f"{op}@{x}" for x in ablation.paper_layers(ablation.PAPER_CORE, base)) if n in evidence]
+        open_ = [n for n in core if not (evidence[n].has_interval and evidence[n].low > critical)]
+        rows |= set(open_ or core)
+    return {n for n in rows if n in evidence}
 
 
 def forced(name: str, force: tuple[int | str, ...]) -> bool:
@@ -56,10 +79,13 @@ def forced(name: str, force: tuple[int | str, ...]) -> bool:
 
 def check_force(force: tuple[int | str, ...], n_layers: int) -> None:
     """One clear error for a ``budget_force`` entry that names no row: a layer out of 0..L−1, or a string
-    that is not "op@layer" with a primary operator (only those run on the large protocol)."""
+    that is not "op@layer" with a primary operator (only those run on the large protocol) nor
+    :data:`DECIDING`."""
     from layerlab.chapters.anatomy.presets import PRIMARY_OPS
 
     for f in force:
+        if f == DECIDING:
+            continue
         if isinstance(f, str):
             op, _, layer = f.partition("@")
             ok = op in PRIMARY_OPS and layer.isdigit() and int(layer) < n_layers
@@ -67,7 +93,7 @@ def check_force(force: tuple[int | str, ...], n_layers: int) -> None:
             ok = 0 <= int(f) < n_layers
         if not ok:
             raise ValueError(f"budget_force entry {f!r} names no row: give a layer in 0..{n_layers - 1} or "
-                             f"'op@layer' with op in {PRIMARY_OPS} (e.g. 'neighbour_avg@9')")
+                             f"'op@layer' with op in {PRIMARY_OPS} (e.g. 'neighbour_avg@9'), or {DECIDING!r}")
 
 
 def decided(ev) -> bool:
@@ -76,9 +102,13 @@ def decided(ev) -> bool:
     return inside or settled(ev, THRESHOLDS)
 
 
-def design(preset) -> SequentialDesign:
-    """The preset's planned looks (documents at each look) and its alpha split."""
-    return SequentialDesign(looks=tuple(preset.budget_docs), weights=tuple(preset.budget_weights))
+def design(preset, max_looks: int | None = None) -> SequentialDesign:
+    """The preset's planned looks (documents at each look) and its alpha split; with ``max_looks`` only the
+    first looks, their shares rescaled to spend the whole level (a protocol planned with fewer looks, e.g.
+    the secondary operators' single look at the full 5%)."""
+    n = len(preset.budget_docs) if max_looks is None else max(1, min(int(max_looks), len(preset.budget_docs)))
+    w = np.asarray(preset.budget_weights[:n], dtype=float)
+    return SequentialDesign(looks=tuple(preset.budget_docs[:n]), weights=tuple((w / w.sum()).tolist()))
 
 
 _POOLS: dict = {}  # (tokenizer id, window, need, seed) -> pool_windows result (a run asks several times)
@@ -167,14 +197,17 @@ def adaptive_profile(preset, model, tokenizer, ops: tuple[str, ...], *, window: 
     Look k uses the first ``budget_docs[k]`` pool documents and up to ``windows_per_doc[k]`` windows of
     each (seeded order); an (op, layer) goes on to the next look until :func:`decided` (its repeated interval holds
     no threshold of :data:`THRESHOLDS`, or lies inside :data:`REDUNDANT_BAND`; rows that ``force`` names, by
-    layer or as "op@layer" (:func:`forced`), always go on), up to ``max_looks``.
+    layer or as "op@layer" (:func:`forced`), always go on, and with :data:`DECIDING` in ``force`` so do the
+    rows :func:`deciding_rows` picks at each look), up to ``max_looks`` (the design then plans that many
+    looks: :func:`design`).
     Returns (profile, extras): one row per (op, layer) with ΔNLL over documents, its repeated CI,
-    ΔPPL%, tier, adjusted one-sided p-values, documents, tokens and looks spent; extras holds the
+    ΔPPL%, tier, adjusted one-sided p-values, documents, tokens and looks spent, and ``forced`` (it went on
+    because ``force`` named it or, settled, because it decides A5 or A7); extras holds the
     per-document values at the first look ({name: [budget_docs[0]]}, common to all layers), the clean
     pass's Block Influence / angular distance and the seconds spent."""
     from layerlab.core import arch
 
-    D = design(preset)
+    D = design(preset, max_looks)
     L = arch.view(model).n_layers
     check_force(tuple(force), L)
     docs_w, _ = pool_windows(preset, tokenizer, window=window)
@@ -187,12 +220,13 @@ def adaptive_profile(preset, model, tokenizer, ops: tuple[str, ...], *, window: 
     delta: dict[str, dict[tuple[str, int], float]] = {n: {} for n in ivs}
     history: dict[str, list[np.ndarray]] = {n: [] for n in ivs}
     looks_of: dict[str, int] = {}
+    pushed: set[str] = set()  # settled rows that went on because they decide A5 or A7 (DECIDING)
     evidence: dict = {}
     first_values: dict[str, list[float]] = {}
     geo: dict = {}
     base_nll: list[float] = []
     seconds = 0.0
-    n_looks = min(max_looks, len(D.looks))
+    n_looks = len(D.looks)
     for k in range(n_looks):
         units = [(d, int(j)) for d in docs[:D.looks[k]] for j in order[d][:windows_per_doc[k]]]
         done = set(seen)
@@ -210,17 +244,16 @@ def adaptive_profile(preset, model, tokenizer, ops: tuple[str, ...], *, window: 
                 for u, b, v in zip(new, res.base, res.nll[n]):
                     delta[n][u] = float(v - b)
             seen += new
-        still = []
         for n in active:
             per_doc = [np.mean([delta[n][u] for u in units if u[0] == d]) for d in docs[:D.looks[k]]]
             history[n].append(np.asarray(per_doc))
-            ev = sequential_mean(history[n], D, unit="documents", seed=preset.seed)
-            evidence[n], looks_of[n] = ev, k + 1
+            evidence[n], looks_of[n] = sequential_mean(history[n], D, unit="documents", seed=preset.seed), k + 1
             if k == 0:
                 first_values[n] = [float(x) for x in per_doc]
-            if (forced(n, force) or not decided(ev)) and k + 1 < n_looks:
-                still.append(n)
-        active = still
+        deciding = deciding_rows(evidence) if DECIDING in force else set()
+        pushed |= {n for n in active if n in deciding and decided(evidence[n]) and k + 1 < n_looks}
+        active = [n for n in active if (forced(n, force) or n in deciding or not decided(evidence[n]))
+                  and k + 1 < n_looks]
     rows = []
     tiers = ablation.Tiers()
     for n, ev in evidence.items():
@@ -231,7 +264,8 @@ def adaptive_profile(preset, model, tokenizer, ops: tuple[str, ...], *, window: 
                      "dppl_low": 100 * math.expm1(ev.low), "dppl_high": 100 * math.expm1(ev.high),
                      "tier": tiers.classify(ev.estimate, ev.low, ev.high), "p_greater": ev.p_greater,
                      "p_less": ev.p_less, "p_min": ev.p_min, "n_docs": ev.n, "n_windows": n_units,
-                     "n_tokens": n_units * (window - 1), "looks": looks_of[n]})
+                     "n_tokens": n_units * (window - 1), "looks": looks_of[n],
+                     "forced": forced(n, force) or n in pushed})
     prof = pd.DataFrame(rows).sort_values(["op", "layer"]).reset_index(drop=True)
     assert len(prof) == len(ops) * L
     from layerlab.core.cache import fingerprint

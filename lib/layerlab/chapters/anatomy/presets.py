@@ -13,7 +13,11 @@ from typing import Any
 
 from layerlab.core.protocol import Preset, make_preset
 
-__all__ = ["PRESETS", "PRIMARY_OPS", "SECONDARY_OPS", "AnatomyPreset", "preset"]
+__all__ = ["DECIDING", "PRESETS", "PRIMARY_OPS", "SECONDARY_OPS", "AnatomyPreset", "preset"]
+
+#: A ``budget_force`` entry: the rows that decide A5 and A7 go on to the last look, chosen at each look from
+#: the evidence so far (``layerlab.chapters.anatomy.budget.deciding_rows``).
+DECIDING: str = "deciding A5/A7"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,8 +33,9 @@ class AnatomyPreset(Preset):
     # adaptive token budget of the ablation profile (chapters/anatomy/budget.py): documents at each look,
     # the share of the 5% level spent there, windows per document at each look (primary operators at
     # ``window`` tokens, secondary ones at ``budget_window_small``), the secondary ops' last look, and what
-    # always goes on to the last look: a layer (every primary operator on it) or one "op@layer"
-    # (budget.DECIDING_A5_A7: the neighbour-average rows that decide A5 and A7)
+    # always goes on to the last look: a layer (every primary operator on it), one "op@layer"
+    # (budget.DECIDING_A5_A7: every neighbour-average row that can decide A5 or A7), or DECIDING (the rows
+    # that do decide them, chosen at each look: budget.deciding_rows)
     budget_docs: tuple[int, ...] = (8, 16, 32)
     budget_weights: tuple[float, ...] = (0.25, 0.25, 0.5)
     budget_windows: tuple[int, ...] = (1, 2, 4)
@@ -81,14 +86,16 @@ PRESETS: dict[str, AnatomyPreset] = {
                            recovery_eval_every=2, recovery_lr=1e-3, recovery_window=32, recovery_train_tokens=256,
                            recovery_eval_tokens=64, n_boot=200, n_shuffles=5),
     # adaptive budget: every (operator, layer) on 8 documents x 1 window (2,040 tokens; secondary operators
-    # 8 x 63 tokens), undecided ones on 16 x 2, then 32 documents x 4 windows (32,640 tokens). At the
-    # idle machine's ~55 GFLOP/s (2026-12-02) the first look costs ~6 min and each layer taken to the last
-    # look ~1.6 min more, so the chapter fits 15 min only while few layers stay undecided.
+    # 8 x 63 tokens, one look), undecided ones on 16 x 2, then 32 documents x 4 windows (32,130 tokens: one
+    # document holds fewer). The rows that decide A5 and A7 always reach the last look (DECIDING: at the
+    # 2026-12-06 AMD EPYC's ~165 GFLOP/s about 35 s each there); the secondary operators, which no claim
+    # reads, stop at the first look to pay for them.
     # Recovery (A9): 8 layers x 3 seeds, lr 1e-3 on 64-token batches, evaluated every 2 steps up to 12. In
     # probes (seed 0, 2026-12-04) lr 1e-4 recovered no layer in 10 steps, 5e-4 censored layers 2 and 22 at 12,
     # and 1e-3 recovered layers 2, 8, 14, 22 at steps 10, 4, 5, 10: the rate at which steps differ by layer.
     "cpu": AnatomyPreset(model="smollm2-135m", calib_tokens=1_020, sample_window=128,
-                         sentence_ops=("skip", "neighbour_avg"), replacement_tokens=508,
+                         sentence_ops=("skip", "neighbour_avg"), budget_force=(DECIDING,), budget_looks_small=1,
+                         replacement_tokens=508,
                          replacement_ks=(1, 2, 4, 9, 16), replacement_single=(3, 11, 17, 26),
                          manip_tokens=508, alphas=(0.5, 0.9, 1.05), recovery_layers=(2, 5, 8, 11, 14, 17, 22, 27),
                          recovery_seeds=(0, 1, 2), recovery_lr=1e-3, recovery_steps=12, recovery_eval_every=2,

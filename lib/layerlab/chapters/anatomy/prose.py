@@ -147,11 +147,24 @@ def _budget(r: AnatomyResult) -> str:
     big = r.ablation[r.ablation.protocol == "large"]
     last = big[big.looks == big.looks.max()]
     n_ext = int((big.looks > 1).sum())
-    return (f"Of {len(big)} (operator, layer) pairs of the primary operators, {len(big) - n_ext} were settled at the "
+    text = (f"Of {len(big)} (operator, layer) pairs of the primary operators, {len(big) - n_ext} were settled at the "
             f"first look ({int(big.n_docs.min())} documents, {int(big.n_tokens.min())} tokens) and {n_ext} went on; "
             f"{len(last)} reached the last look ({int(last.n_docs.max())} documents, {int(last.n_tokens.max())} "
             f"tokens): " + ("; ".join(f"{op} layers {_ranges(g.layer.tolist())}" for op, g in last.groupby("op"))
                             or "none") + ".")
+    pushed = big[big.forced] if "forced" in big else big.iloc[:0]
+    if len(pushed):
+        text += (f" {len(pushed)} rows went on although settled, because they decide A5 or A7 (neighbour "
+                 f"average on layers {_ranges(pushed.layer.tolist())}: the anti-layers and the core layers not "
+                 "already above the +100% line): they rest on "
+                 f"{int(pushed.n_docs.min())} documents and at least {int(pushed.n_tokens.min())} tokens.")
+    small = r.ablation[r.ablation.protocol == "small"]
+    if len(small):
+        k = max(1, min(int(r.preset.budget_looks_small), len(r.preset.budget_docs)))  # planned looks
+        docs = ", ".join(str(x) for x in r.preset.budget_docs[:k])
+        text += (f" The secondary operators, which no verdict reads, were planned with "
+                 f"{'one look' if k == 1 else f'{k} looks'} ({docs} documents) spending the whole 5% level.")
+    return text
 
 
 def sentences(r: AnatomyResult, rows: list[Claim]) -> dict[str, str]:

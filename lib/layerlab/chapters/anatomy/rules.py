@@ -234,7 +234,8 @@ def a5_claim(profile: pd.DataFrame, core: Sequence[int], base: int, *, op: str =
                        reading=f"{len(above)} of {len(rows)} core layers are critical; the others' intervals still "
                                f"contain +100% (weakest: layer {int(weakest.layer)}, {pct}).")
     return Claim.decided(**meta, evidence=ev, decision=dec, null="+100% ΔPPL (the critical line)",
-                         note=f"ours: ΔNLL nats of the weakest core layer ({int(weakest.layer)}), i.e. {pct} PPL")
+                         note=f"ours: ΔNLL nats of the weakest core layer ({int(weakest.layer)}), i.e. {pct} PPL; "
+                              f"{int(weakest.n_docs)} documents, {int(weakest.n_tokens)} tokens")
 
 
 def a7_claim(profile: pd.DataFrame, layer: int, base: int, *, op: str = "neighbour_avg") -> Claim:
