@@ -1,3 +1,4 @@
+import dataclasses
 import math
 from html.parser import HTMLParser
 
@@ -163,13 +164,18 @@ def test_what_would_change_follows_each_verdict():
     assert f"**E** (contradicted): {ci} fails the rule (band \\[0.81, 1\\])" in text
     assert "**F** (not testable offline): not testable here: another model." in text
     # a family row is read by its tests, not by the interval of its largest member
+    # (the rule says so in ``undo``: a rule's name is never parsed)
     fam = claims.Claim(id="K", verdict="supported", **{**base, "rule": "two-sided: effect ≠ 0; any of 141 (Holm)",
                                                         "reading": "10 of 141 tests are significant (two-sided) "
-                                                                   "after Holm correction (n = 17 members each)."})
+                                                                   "after Holm correction (n = 17 members each).",
+                                                        "undo": "new documents that left no test significant "
+                                                                "after the correction"})
     assert claims.what_would_change([fam]) == (
         "- **K** (supported): 10 of 141 tests are significant (two-sided) after Holm correction (n = 17 members "
         "each), under the rule (two-sided: effect ≠ 0; any of 141 (Holm)); new documents that left no test "
         "significant after the correction, or a different protocol, would undo the support.")
+    named_only = dataclasses.replace(fam, undo="")
+    assert "meets the rule (two-sided: effect ≠ 0; any of 141 (Holm))" in claims.what_would_change([named_only])
     assert "undecided at" not in text.split("**F**")[1].split("**G**")[0]
     # an undecided row says why (its rule's reading) and what would decide it: the remedy its rule states, else
     # the default (more units, or a larger effect); the wording is never guessed from the reading's phrases

@@ -223,6 +223,12 @@ def test_family_with_holm():
     assert decide_family(Direction(), weak).verdict == "inconclusive"
     assert decide_family(Direction(), strong[:1] + weak, family="any").verdict == "supported"
     assert decide_family(Direction(direction="less"), strong).verdict == "contradicted"
+    # a supported family states what would undo it: its tests after the correction, not its largest member
+    assert decide_family(Direction(), strong).undo == (
+        "new documents that made any test lose significance after the correction")
+    assert decide_family(Direction(), strong[:1] + weak, family="any").undo == (
+        "new documents that left no test significant after the correction")
+    assert decide_family(Direction(), weak).undo == decide_family(Direction(direction="less"), strong).undo == ""
 
 
 def test_two_sided_direction_has_no_opposite_side():
@@ -253,6 +259,7 @@ def test_two_sided_family_tests_two_sided_p_at_alpha_after_holm():
         d = rule.decide(null + [e])
         assert d.verdict == "supported" and d.rule == "two-sided: effect ≠ 0; any of 10 (Holm)"
         assert d.reading.startswith("1 of 10 tests are significant (two-sided)")
+        assert d.undo == "new documents that left no test significant after the correction"
     # 0.003 one-sided -> 0.06 after Holm: not significant, and never "contradicted"
     assert rule.decide(null + [_ev(-1, -1.5, -0.5, 0.997, 0.003)]).verdict == "inconclusive"
     assert Family(rule=Direction(direction="two-sided"), family="all").decide(null + null).verdict == "inconclusive"

@@ -54,7 +54,9 @@ class Claim:
     unit/n: what was resampled and how many (e.g. "documents", 6); rule: the name of the verdict rule
     (:mod:`layerlab.report.verdicts`); reading: the generated sentence that states the outcome;
     remedy: for an undecided row, what would decide it, as its rule states it (``Decision.remedy``; ""
-    for the default, more units or a larger effect). Build rows from evidence with :meth:`Claim.decided`.
+    for the default, more units or a larger effect); undo: for a supported row, what would undo it, where
+    its rule states it (``Decision.undo``, e.g. a family's correction). Build rows from evidence with
+    :meth:`Claim.decided`.
     """
 
     id: str
@@ -72,6 +74,7 @@ class Claim:
     rule: str = ""
     reading: str = ""
     remedy: str = ""
+    undo: str = ""
 
     def __post_init__(self) -> None:
         tag = self.tag.strip("[]")
@@ -115,6 +118,7 @@ class Claim:
             rule=decision.rule,
             reading=decision.reading,
             remedy=decision.remedy,
+            undo=decision.undo,
         )
 
 
@@ -373,10 +377,9 @@ def what_would_change(claims: Iterable[Claim]) -> str:
         reason = c.note.removeprefix("not computed: ")
         if c.verdict == "not testable offline":
             text = f"not testable here: {reason or 'its inputs are not available offline'}."
-        elif c.verdict == "supported" and c.rule.endswith("(Holm)") and c.reading:  # a family of tests
-            undo = ("left no test significant" if " any of " in c.rule else "made any test lose significance")
-            text = (f"{c.reading.rstrip('.')}, under the rule ({c.rule}); new {units} that {undo} after the "
-                    "correction, or a different protocol, would undo the support.")
+        elif c.verdict == "supported" and c.undo:  # the rule says what would undo it (e.g. a family of tests)
+            text = (f"{c.reading.rstrip('.')}, under the rule ({c.rule}); {c.undo}, or a different protocol, would "
+                    "undo the support.")
         elif c.verdict == "supported":
             met = f"meets the rule ({c.rule})" if c.rule else f"clears the null ({c.null})"
             away = "out of the rule" if c.rule else "to the null"

@@ -47,12 +47,22 @@ class Decision:
     """A rule's outcome: the verdict, the rule's name and the sentence that reads it. ``remedy``: for an
     undecided verdict, what a replication would need to decide it, as the rule knows it (a sentence, e.g.
     "no effect size can decide it at this n; more seeds would"); "" leaves the default of
-    :func:`layerlab.report.claims.what_would_change` (more units, or a larger effect)."""
+    :func:`layerlab.report.claims.what_would_change` (more units, or a larger effect). ``undo``: for a
+    "supported" verdict, what new data would have to show to undo it, where the rule knows better than its
+    interval (a family: new units that leave no test, or not every test, significant after the correction)."""
 
     verdict: str
     rule: str
     reading: str
     remedy: str = ""
+    undo: str = ""
+
+
+def _family_undo(evidence: Sequence[Evidence], family: str) -> str:
+    """What would undo a supported family: new units that "left no test significant" ("any") or "made any test
+    lose significance" ("all") after the correction."""
+    undo = "left no test significant" if family == "any" else "made any test lose significance"
+    return f"new {plain_unit(evidence[0].unit)} that {undo} after the correction"
 
 
 def _interval(ev: Evidence, digits: int = 3) -> str:
@@ -314,6 +324,7 @@ def decide_family(rule: Direction, evidence: Sequence[Evidence], *, family: str 
             rule=name,
             reading=f"{int(hit.sum())} of {m} tests are significant in the claimed direction "
             f"after Holm correction ({units}).",
+            undo=_family_undo(evidence, family),
         )
     if opp.any() if family == "all" else opp.all():
         return Decision(
@@ -356,6 +367,7 @@ def _decide_family_two_sided(rule: Direction, evidence: Sequence[Evidence], fami
         rule=f"{rule.name}; {family} of {m} (Holm)",
         reading=f"{int(hit.sum())} of {m} tests are significant (two-sided) after Holm correction ({units}).",
         remedy="" if ok else _family_remedy(evidence, family, rule.alpha, two_sided=True),
+        undo=_family_undo(evidence, family) if ok else "",
     )
 
 

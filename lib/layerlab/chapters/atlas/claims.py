@@ -57,7 +57,7 @@ def _agree_row(cid: str, result: AtlasResult, what: str) -> Claim:
     return Claim(id=cid, claim=text, paper="—", tag="reconstructed", ours=float(best.rho), ci_low=None,
                  ci_high=None, null=f"permutation null per pair; Holm over {len(evs)} pairs", verdict=d.verdict,
                  note=f"largest ρ: {best.a} vs {best.b}", unit="layers", n=int(best.n), rule=d.rule,
-                 reading=d.reading, remedy=d.remedy)
+                 reading=d.reading, remedy=d.remedy, undo=d.undo)
 
 
 def _family_row(cid: str, fa: FamilyAtlas, *, learned: bool) -> Claim:
@@ -81,7 +81,7 @@ def _family_row(cid: str, fa: FamilyAtlas, *, learned: bool) -> Claim:
     return Claim(id=cid, claim=text, paper="—", tag="reconstructed", ours=float(best[col]), ci_low=float(best[lo_col]),
                  ci_high=float(best[hi_col]), null=f"{null}; Holm over {len(evs)} pairs", verdict=d.verdict,
                  note=f"largest |effect|: {best.a} vs {best.b}", unit="members", n=int(best.n), rule=d.rule,
-                 reading=d.reading, remedy=d.remedy)
+                 reading=d.reading, remedy=d.remedy, undo=d.undo)
 
 
 def claims(result: AtlasResult, family: FamilyAtlas | None = None,

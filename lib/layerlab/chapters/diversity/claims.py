@@ -77,7 +77,7 @@ def _row(result: DiversityResult, *, id: str, claim: str, paper: str, tag: str, 
         extra += CHANCE_RULE + "; "
     return Claim(id=id, claim=claim, paper=paper, tag=tag, ours=ev.estimate, ci_low=ev.low, ci_high=ev.high,
                  null=null, verdict=dec.verdict, note=extra + note, unit=ev.unit, n=ev.n, rule=dec.rule,
-                 reading=dec.reading, remedy=dec.remedy)
+                 reading=dec.reading, remedy=dec.remedy, undo=dec.undo)
 
 
 def _identity(*, id: str, claim: str, paper: str, err: float, tol: float, null: str, note: str) -> Claim:
