@@ -167,3 +167,34 @@ def test_deciding_rows_are_the_anti_layers_and_the_core_rows_not_above_the_criti
     shallow = {f"neighbour_avg@{x}": ev(2.0) for x in range(12)}  # no anti-layer rows, core 7-11 present
     assert budget.deciding_rows(shallow) == set(core[0]) | set(core[1])
     assert budget.deciding_rows({}) == set()
+
+
+def test_taking_the_deciding_rows_on_keeps_the_a5_rule_calibrated_at_the_chapter_n():
+    """A5's rule on one core layer (supported: interval above the +100% line; contradicted: wholly below) under
+    the cpu design with DECIDING's continuation (a row not above the line goes on even when settled; one above
+    it stops): simulated at the chapter's n (8, 16, 32 documents) with the effect exactly at the line, false
+    "supported" and false "contradicted" stay at most 5% each; a layer well below the line is found."""
+    from layerlab.chapters.anatomy import budget
+    from layerlab.chapters.anatomy.presets import preset
+
+    D = budget.design(preset("cpu"))
+    line = budget.THRESHOLDS[2]
+    # core layer 8 (both readings) lies below the line, so layer 10 goes on exactly while it is not above it
+    witness = mean_effect(0.2 + np.linspace(-0.01, 0.01, 8), unit="documents")
+    row = "neighbour_avg@10"
+
+    def verdict(true: float, rng: np.random.Generator, seed: int) -> str:
+        x = rng.normal(true, 0.15, D.looks[-1])  # one value per document, in look order
+        for k in range(len(D.looks)):
+            ev = sequential_mean([x[:n] for n in D.looks[:k + 1]], D, unit="documents", seed=seed, n_perm=400)
+            deciding = budget.deciding_rows({"neighbour_avg@8": witness, row: ev})
+            assert (row in deciding) == (not ev.low > line)
+            if not (row in deciding or not budget.decided(ev)):
+                break
+        return "supported" if ev.low > line else "contradicted" if ev.high < line else "inconclusive"
+
+    rng = np.random.default_rng(0)
+    at_line = [verdict(line, rng, s) for s in range(200)]
+    assert at_line.count("supported") / 200 <= 0.05 and at_line.count("contradicted") / 200 <= 0.05
+    below = [verdict(line - 0.15, rng, s) for s in range(50)]
+    assert below.count("contradicted") / 50 >= 0.9
