@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from layerlab.chapters.anatomy.budget import design
 from layerlab.chapters.anatomy.run import AnatomyResult
 from layerlab.report.claims import Claim, fmt
 
@@ -160,8 +161,8 @@ def _budget(r: AnatomyResult) -> str:
                  f"{int(pushed.n_docs.min())} documents and at least {int(pushed.n_tokens.min())} tokens.")
     small = r.ablation[r.ablation.protocol == "small"]
     if len(small):
-        k = max(1, min(int(r.preset.budget_looks_small), len(r.preset.budget_docs)))  # planned looks
-        docs = ", ".join(str(x) for x in r.preset.budget_docs[:k])
+        looks = design(r.preset, r.preset.budget_looks_small).looks  # the secondary operators' planned looks
+        k, docs = len(looks), ", ".join(str(x) for x in looks)
         text += (f" The secondary operators, which no verdict reads, were planned with "
                  f"{'one look' if k == 1 else f'{k} looks'} ({docs} documents) spending the whole 5% level.")
     return text

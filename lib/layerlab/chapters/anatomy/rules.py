@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from layerlab.chapters.anatomy.budget import THRESHOLDS
 from layerlab.report.claims import Claim, fmt
 from layerlab.report.inference import Evidence, correlation, mean_effect, paired_difference
 from layerlab.report.verdicts import Band, Decision, Direction, missing
@@ -23,7 +24,7 @@ __all__ = ["a1_claim", "a2_claims", "a3_claims", "a5_claim", "a6_claim", "a7_cla
 
 R2_BAND = Band(lo=0.81, hi=1.0, source="the paper's R² = 0.91 ± 0.1")
 DELTA_BAND = Band(lo=-0.55, hi=-0.45, source="the paper's ≈ −0.50 ± 0.05")
-CRITICAL = math.log(2.0)  # ΔNLL of ΔPPL = +100%
+CRITICAL = THRESHOLDS[2]  # ΔNLL of ΔPPL = +100%: the line the budget's deciding_rows uses too
 PAPER_ANTI_PCT = -0.6  # the anti-layers' ΔPPL% per a digest
 
 
