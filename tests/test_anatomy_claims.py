@@ -242,3 +242,21 @@ def test_recovery_design_sentence_reads_the_preset_and_the_runs():
     assert f"cap {P.recovery_steps} steps" in text and "2 of 4 perturbed runs recovered" in text
     assert "ends at its recovery step" in text  # cpu stops a run at recovery
     assert "ends at" not in _recovery_design(SimpleNamespace(preset=preset("cpu", recovery_stop=False), curves=runs))
+
+
+def test_a5_and_a7_rows_carry_the_level_of_their_repeated_interval():
+    """A row that stopped at look k shows the repeated interval of that look, at level 1 - 5% w_k: the
+    table marks it (not a 95% interval), and a row without ``looks`` or without levels stays unmarked."""
+    from layerlab.chapters.anatomy.budget import design
+    from layerlab.chapters.anatomy.presets import preset
+    from layerlab.report.claims import claim_table
+
+    plan = design(preset("cpu"))
+    levels = {k + 1: plan.level(k) for k in range(len(plan.looks))}
+    assert levels == {1: 0.9875, 2: 0.9875, 3: 0.975}
+    prof = _prof({8: (3, 2.5, 3.5), 9: (0.1, 0.05, 0.2)}).assign(looks=[1, 3])
+    a5 = rules.a5_claim(prof, [8, 9], 0, levels=levels)
+    assert a5.ci_level == 0.975 and "(97.5%)" in claim_table([a5])["95% CI"].iloc[0]
+    a7 = rules.a7_claim(_prof({14: (0.05, 0.03, 0.07)}).assign(looks=[2]), 14, 0, levels=levels)
+    assert a7.ci_level == 0.9875 and claim_table([a7])["95% CI"].iloc[0].endswith("(98.75%)")
+    assert rules.a7_claim(_prof({14: (0.05, 0.03, 0.07)}), 14, 0, levels=levels).ci_level is None

@@ -305,3 +305,27 @@ def test_an_interval_never_prints_as_zero_width_when_it_is_not():
     ev = Evidence(estimate=29.00874, low=29.002204, high=29.015379, p_greater=0.001, p_less=0.999, unit="examples",
                   n=128, method="bootstrap")
     assert "95% CI [29, 29.02]" in Direction().decide(ev).reading
+
+
+def test_an_interval_that_is_not_95_percent_says_its_level_everywhere_it_is_shown():
+    """A sequential design's repeated interval (e.g. 97.5%) is marked in the table, the key findings and
+    "what would change our mind"; a 95% interval is not marked; a level outside (0, 1) is refused."""
+    rep = _claim(ci_level=0.975)
+    assert claims.claim_table([rep])["95% CI"].iloc[0] == "[0.5, 1.5] (97.5%)"
+    assert claims.claim_table([_claim(ci_level=0.95)])["95% CI"].iloc[0] == "[0.5, 1.5]"
+    assert "97.5% CI \\[0.5, 1.5\\]" in claims.key_findings([rep])  # Markdown-escaped brackets
+    assert "95% CI \\[0.5, 1.5\\]" in claims.key_findings([_claim()])
+    assert "\\[0.5, 1.5\\] (97.5%)" in claims.what_would_change([dataclasses.replace(rep, verdict="inconclusive")])
+    assert "(97.5%)" in claims.render([rep]).to_html()
+    with pytest.raises(ValueError, match="ci_level must be in"):
+        _claim(ci_level=95)
+    # a rule's reading quotes the interval; a row at another level quotes it at that level
+    from layerlab.report.inference import Evidence
+    from layerlab.report.verdicts import Direction
+
+    ev = Evidence(estimate=1.0, low=0.5, high=1.5, p_greater=1e-4, p_less=1.0, unit="documents", n=32, method="t")
+    dec = Direction().decide(ev)
+    assert "95% CI [0.5, 1.5]" in dec.reading
+    row = Claim.decided(id="X", claim="x > 0", paper="", tag="paper", evidence=ev, decision=dec, null="0",
+                        ci_level=0.975)
+    assert "97.5% CI [0.5, 1.5]" in row.reading and "95% CI" not in row.reading

@@ -31,6 +31,7 @@ __all__ = [
     "fmt_interval",
     "interval_digits",
     "key_findings",
+    "level_mark",
     "plain_unit",
     "what_would_change",
     "verdict_from_ci",
@@ -49,7 +50,8 @@ class Claim:
 
     id: short stable id (e.g. "R1"); claim: the statement tested; paper: what the source says (a
     number or a phrase); tag: provenance of ``paper`` (one of :data:`TAGS`); ours: our estimate (None
-    when not testable); ci_low/ci_high: its 95% CI; null: the null model / control and its value;
+    when not testable); ci_low/ci_high: its CI, at ``ci_level`` when that is given (a sequential design's
+    repeated interval, e.g. 0.975), else 95%; null: the null model / control and its value;
     verdict: one of :data:`VERDICTS`; note: caveats (protocol differences, offline model).
     unit/n: what was resampled and how many (e.g. "documents", 6); rule: the name of the verdict rule
     (:mod:`layerlab.report.verdicts`); reading: the generated sentence that states the outcome;
@@ -75,6 +77,7 @@ class Claim:
     reading: str = ""
     remedy: str = ""
     undo: str = ""
+    ci_level: float | None = None  # the interval's confidence level when it is not 95% (None: 95%)
 
     def __post_init__(self) -> None:
         tag = self.tag.strip("[]")
@@ -87,6 +90,8 @@ class Claim:
             raise ValueError(f"claim {self.id}: give both ci_low and ci_high, or neither")
         if self.ci_low is not None and self.ci_high is not None and self.ci_low > self.ci_high:
             raise ValueError(f"claim {self.id}: ci_low {self.ci_low} > ci_high {self.ci_high}")
+        if self.ci_level is not None and not 0 < self.ci_level < 1:
+            raise ValueError(f"claim {self.id}: ci_level must be in (0, 1), got {self.ci_level}")
         if self.ours is None and self.verdict not in ("not testable offline", "inconclusive"):
             raise ValueError(
                 f"claim {self.id}: no estimate, so the verdict must be 'not testable offline' or 'inconclusive'"
@@ -97,11 +102,19 @@ class Claim:
 
     @classmethod
     def decided(
-        cls, *, id: str, claim: str, paper: str, tag: str, evidence: Any, decision: Any, null: str, note: str = ""
+        cls, *, id: str, claim: str, paper: str, tag: str, evidence: Any, decision: Any, null: str, note: str = "",
+        ci_level: float | None = None,
     ) -> Claim:
         """A row from :class:`layerlab.report.inference.Evidence` and the
         :class:`layerlab.report.verdicts.Decision` a rule took on it (estimate, interval, unit, n, rule,
-        verdict and reading all come from them, never typed)."""
+        verdict and reading all come from them, never typed); ``ci_level`` when the evidence's interval is
+        not a 95% one (a sequential design's repeated interval): the rule's reading, which quotes the
+        interval as a 95% CI, then quotes it at its level."""
+        reading = decision.reading
+        mark = level_mark(ci_level)
+        if mark and evidence.low is not None:
+            shown = fmt_interval(evidence.low, evidence.high)
+            reading = reading.replace(f"95% CI {shown}", f"{mark.strip(' ()')} CI {shown}")
         return cls(
             id=id,
             claim=claim,
@@ -116,9 +129,10 @@ class Claim:
             unit=evidence.unit,
             n=evidence.n,
             rule=decision.rule,
-            reading=decision.reading,
+            reading=reading,
             remedy=decision.remedy,
             undo=decision.undo,
+            ci_level=ci_level,
         )
 
 
@@ -153,6 +167,13 @@ def fmt_interval(low: float | None, high: float | None, digits: int = 3) -> str:
     return f"[{fmt(low, d)}, {fmt(high, d)}]"
 
 
+def level_mark(level: float | None) -> str:
+    """" (97.5%)" for an interval that is not a 95% one, "" for a 95% interval (``None`` or 0.95)."""
+    if level is None or abs(level - 0.95) < 1e-12:
+        return ""
+    return f" ({100 * level:.4g}%)"
+
+
 def _checked(claims: Iterable[Claim], where: str) -> list[Claim]:
     """The claims as a list; one clear error for none or for repeated ids."""
     claims = list(claims)
@@ -169,7 +190,7 @@ def claim_table(claims: Iterable[Claim], digits: int = 3) -> pd.DataFrame:
     claims = _checked(claims, "claim_table")
     rows = []
     for c in claims:
-        ci = "—" if c.ci_low is None else fmt_interval(c.ci_low, c.ci_high, digits)
+        ci = "—" if c.ci_low is None else fmt_interval(c.ci_low, c.ci_high, digits) + level_mark(c.ci_level)
         row = {
             "id": c.id,
             "claim": c.claim,
@@ -339,7 +360,8 @@ def key_findings(claims: Iterable[Claim]) -> str:
                 why = why[:1].upper() + why[1:]  # a note ("not computed: ...") is a sentence here
                 why = why if why.endswith((".", "!", "?")) else why + "."
             else:
-                ci = "" if c.ci_low is None else f", 95% CI {fmt_interval(c.ci_low, c.ci_high)}"
+                level = "95%" if not level_mark(c.ci_level) else level_mark(c.ci_level).strip(" ()")
+                ci = "" if c.ci_low is None else f", {level} CI {fmt_interval(c.ci_low, c.ci_high)}"
                 n = "" if c.n is None else f", n = {c.n} {c.unit}".rstrip()
                 why = f"ours {fmt(c.ours, interval_digits(c.ci_low, c.ci_high))}{ci}{n}."
             lines.append(f"  - **{c.id}** {_md_escape(c.claim)}. {_md_escape(why)}")
@@ -372,7 +394,7 @@ def what_would_change(claims: Iterable[Claim]) -> str:
             continue
         n = f"{c.n} {c.unit}".strip() if c.n is not None else "the units measured"
         units = plain_unit(c.unit)
-        ci = "" if c.ci_low is None else f" {fmt_interval(c.ci_low, c.ci_high)}"
+        ci = "" if c.ci_low is None else f" {fmt_interval(c.ci_low, c.ci_high)}{level_mark(c.ci_level)}"
         its = f"its interval{ci}" if ci else f"its estimate {fmt(c.ours)} (no interval)"
         reason = c.note.removeprefix("not computed: ")
         if c.verdict == "not testable offline":

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from layerlab.chapters.anatomy.budget import design
 from layerlab.chapters.anatomy.rules import (
     a1_claim,
     a2_claims,
@@ -50,12 +51,14 @@ def claims(result: AnatomyResult) -> list[Claim]:
                       n=n_sent, note="PPL; instruct Q4_1 model and our own sentences: the number is not comparable"))
     prof = r.ablation
     rows.append(h1_claim(prof, r.first_look))
+    plan = design(P)  # the large protocol's looks: the repeated interval of a row that stopped at look k
+    levels = {k + 1: plan.level(k) for k in range(len(plan.looks))}
     for base in (0, 1):
         core = [c for c in paper_layers(PAPER_CORE, base) if c < r.n_layers]
-        rows.append(a5_claim(prof, core, base))
+        rows.append(a5_claim(prof, core, base, levels=levels))
         for a in paper_layers(PAPER_ANTI, base):
             if a < r.n_layers:
-                rows.append(a7_claim(prof, a, base))
+                rows.append(a7_claim(prof, a, base, levels=levels))
     rows.append(a6_claim(r.first_look, r.n_layers, seed=P.seed))
     agree = r.agreement
     pair = {"skip", "neighbour_avg"}

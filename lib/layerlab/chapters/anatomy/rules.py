@@ -181,6 +181,11 @@ def profile_evidence(row: pd.Series) -> Evidence:
                     p_min=float(row.p_min))
 
 
+def _level(row: pd.Series, levels: Mapping[int, float] | None) -> float | None:
+    """The confidence level of a profile row's repeated interval (its last look's), if ``levels`` are known."""
+    return None if levels is None or "looks" not in row else levels.get(int(row["looks"]))
+
+
 def _row(profile: pd.DataFrame, op: str, protocol: str, layer: int) -> pd.Series | None:
     t = profile[(profile.op == op) & (profile.protocol == protocol) & (profile.layer == layer)]
     return None if t.empty else t.iloc[0]
@@ -205,10 +210,12 @@ def h1_claim(profile: pd.DataFrame, first_look: Mapping[str, Sequence[float]], *
                          note="nats per token")
 
 
-def a5_claim(profile: pd.DataFrame, core: Sequence[int], base: int, *, op: str = "neighbour_avg") -> Claim:
+def a5_claim(profile: pd.DataFrame, core: Sequence[int], base: int, *, op: str = "neighbour_avg",
+             levels: Mapping[int, float] | None = None) -> Claim:
     """A5: every core layer is critical (ΔPPL > +100%). Supported if every core layer's repeated interval
     lies above the +100% line; contradicted only if some core layer's interval lies wholly below it
-    (evidence that it is not critical); else inconclusive (lack of power is never 'contradicted')."""
+    (evidence that it is not critical); else inconclusive (lack of power is never 'contradicted').
+    ``levels``: the repeated interval's confidence level at each look (1-based), shown with the row."""
     meta = dict(id=f"A5-{base}b",
                 claim=f"Critical core L8–11 ({base}-based: layers {', '.join(map(str, core))}; ours: ΔNLL of "
                 "the weakest core layer, nats)",
@@ -236,13 +243,16 @@ def a5_claim(profile: pd.DataFrame, core: Sequence[int], base: int, *, op: str =
                                f"contain +100% (weakest: layer {int(weakest.layer)}, {pct}).")
     return Claim.decided(**meta, evidence=ev, decision=dec, null="+100% ΔPPL (the critical line)",
                          note=f"ours: ΔNLL nats of the weakest core layer ({int(weakest.layer)}), i.e. {pct} PPL; "
-                              f"{int(weakest.n_docs)} documents, {int(weakest.n_tokens)} tokens")
+                              f"{int(weakest.n_docs)} documents, {int(weakest.n_tokens)} tokens",
+                         ci_level=_level(weakest, levels))
 
 
-def a7_claim(profile: pd.DataFrame, layer: int, base: int, *, op: str = "neighbour_avg") -> Claim:
+def a7_claim(profile: pd.DataFrame, layer: int, base: int, *, op: str = "neighbour_avg",
+             levels: Mapping[int, float] | None = None) -> Claim:
     """A7: replacing ``layer`` improves PPL. Supported if ΔNLL < 0 on the documents (sequential test)
     and the 10 sentences' interval lies below 0 too; contradicted if ΔNLL > 0 on the documents; not
-    supported if the documents' interval excludes the paper's −0.6%; else inconclusive."""
+    supported if the documents' interval excludes the paper's −0.6%; else inconclusive. ``levels`` as
+    for :func:`a5_claim`."""
     meta = dict(id=f"A7-L{layer}-{base}b",
                 claim=f"Anti-layer: replacing layer {layer} ({base}-based) improves PPL (ΔNLL, nats)",
                 paper="≈ −0.6% PPL", tag="secondary")
@@ -262,7 +272,8 @@ def a7_claim(profile: pd.DataFrame, layer: int, base: int, *, op: str = "neighbo
                        reading=dec.reading + f" The interval excludes the paper's {PAPER_ANTI_PCT}%.")
     sent = "—" if r_s is None else f"{fmt(r_s.dppl_pct)}% [{fmt(r_s.dppl_low)}, {fmt(r_s.dppl_high)}]"
     return Claim.decided(**meta, evidence=ev, decision=dec, null=f"0; 10 sentences: {sent}",
-                         note=f"ours: ΔNLL nats = {fmt(r_l.dppl_pct)}% PPL; {int(r_l.n_tokens)} tokens")
+                         note=f"ours: ΔNLL nats = {fmt(r_l.dppl_pct)}% PPL; {int(r_l.n_tokens)} tokens",
+                         ci_level=_level(r_l, levels))
 
 
 def a6_claim(first_look: Mapping[str, Sequence[float]], n_layers: int, *, op: str = "neighbour_avg",
