@@ -80,3 +80,119 @@ def test_family_scenario_is_the_atlas_test_and_is_calibrated():
     assert isinstance(rule, Family) and rule.rule.direction == "two-sided"
     cal = calibrate(rule, sc, n_sims=200, seed=0)
     assert cal.calibrated and cal.false_contradicted == 0.0 and cal.power > 0.2
+
+
+# ------------------------------------------------------------------ sequential null draws (the appendix's looks)
+def _paired(n: int = 12):
+    return scenario("paired", n=n, unit="documents", effect=1.0)
+
+
+def test_extend_null_does_not_depend_on_the_path_and_keeps_the_power():
+    """Extending 40 -> 100 null draws in one step or in two gives the same rate (each added draw has its own
+    seed); the power, made on the first 40 effect draws, does not move; the rate over 100 draws differs from
+    the rate over 40 (new draws were really made)."""
+    from layerlab.report.calibration import extend_null
+
+    sc, rule = _paired(), Direction()
+    cal = calibrate(rule, sc, n_sims=40, seed=7)
+    one = extend_null(cal, rule, sc, 100, seed=7)
+    two = extend_null(extend_null(cal, rule, sc, 70, seed=7), rule, sc, 100, seed=7)
+    assert one == two and one.null_sims == 100 and cal.null_sims == 40
+    assert one.power == cal.power and one.false_contradicted == cal.false_contradicted
+    assert extend_null(cal, rule, sc, 40, seed=7) == cal
+    # a "null" that is a 10-sd effect is supported on every draw: all 100 draws count, the added ones too
+    import dataclasses
+
+    big = scenario("paired", n=12, unit="documents", effect=10.0)
+    big = dataclasses.replace(big, null=big.effect)
+    every = calibrate(rule, big, n_sims=40, seed=0)
+    assert every.false_supported == 1.0
+    assert extend_null(every, rule, big, 100, seed=0).null_supported == 100
+
+
+def test_extend_null_refuses_fewer_draws_and_another_design():
+    from layerlab.report.calibration import extend_null
+
+    sc, rule = _paired(), Direction()
+    cal = calibrate(rule, sc, n_sims=40, seed=0)
+    with pytest.raises(ValueError, match="below the 40 null draws"):
+        extend_null(cal, rule, sc, 20)
+    with pytest.raises(ValueError, match="same rule and scenario"):
+        extend_null(cal, rule, _paired(8), 80)
+
+
+def test_the_looks_decide_a_rate_that_400_draws_cannot():
+    """The residual design (paired, 12 documents) says "supported" under its null at about 3%: 400 draws
+    cannot tell that from 5% at the first look's 1% level, 1,600 can. With a single look the row stays
+    inconclusive; with the cpu looks it is supported at look 2, on 1,600 null draws, and says so."""
+    from layerlab.chapters import calibration
+    from layerlab.chapters.calibration.presets import CASES
+    from layerlab.chapters.calibration.run import _compute
+
+    case = next(c for c in CASES if c.label.startswith("residual"))
+    one = _compute(calibration.preset("cpu", cases=(case,), null_looks=(400,), look_shares=(1.0,)), 1)
+    (row1,) = calibration.claims(one)
+    assert row1.verdict == "inconclusive" and row1.n == 400 and one.looks == [1]
+    seq = _compute(calibration.preset("cpu", cases=(case,)), 1)
+    (row,) = calibration.claims(seq)
+    assert seq.looks == [2] and row.n == 1600 and row.verdict == "supported"
+    assert row.ci_high < 0.05 and "decided at look 2 of 4 (1,600 null draws: tested at 1%, 99% interval)" in row.note
+    assert seq.calibrations[0].power == one.calibrations[0].power  # the power rests on the same 400 draws
+    assert "K1 (1,600)" in calibration.prose(seq)["cal_extended"].data
+
+
+def test_sequential_looks_keep_a_rate_of_exactly_5_percent_from_passing_as_calibrated():
+    """The looks spend the level in Bonferroni shares: simulated at a true rate of exactly 5% (binomial
+    draws), the sequential design says "<= 5%" in at most 2.5% of 2,000 runs (one side of the 5% level),
+    although it gets four chances; each look alone at the full 5% level would say it more often."""
+    import numpy as np
+
+    from layerlab.chapters import calibration
+    from layerlab.chapters.calibration.rules import decide_rate
+    from layerlab.chapters.calibration.run import sequential_looks
+
+    P = calibration.preset("cpu")
+    rng = np.random.default_rng(0)
+    fooled = naive = 0
+    for _ in range(2000):
+        draws = rng.random(P.looks[-1]) < 0.05
+        cum = np.concatenate([[0], np.cumsum(draws)])
+        look = sequential_looks(P, True, lambda n, cum=cum: int(cum[n]))
+        n = P.looks[look - 1]
+        fooled += decide_rate(int(cum[n]), n, True, alpha=0.05 * P.shares[look - 1])[1].verdict == "supported"
+        naive += any(decide_rate(int(cum[m]), m, True)[1].verdict == "supported" for m in P.looks)
+    assert fooled / 2000 <= 0.025, fooled
+    assert naive > fooled
+
+
+def test_cases_in_worker_processes_give_the_same_result():
+    from layerlab.chapters import calibration
+    from layerlab.chapters.calibration.presets import CASES
+    from layerlab.chapters.calibration.run import _compute
+
+    P = calibration.preset("smoke", cases=CASES[:3])
+    a, b = _compute(P, 1), _compute(P, 2)
+    assert a.calibrations == b.calibrations and a.looks == b.looks
+    assert a.table.equals(b.table)
+
+
+@pytest.mark.parametrize("over,match", [
+    ({"null_looks": (100, 400)}, "must start at n_sims = 40"),
+    ({"null_looks": (40, 40)}, "increase"),
+    ({"null_looks": (40, 80), "look_shares": (1.0,)}, "one positive share per look"),
+    ({"null_looks": (40, 80), "look_shares": (0.5, 0.6)}, "adding up to 1"),
+])
+def test_preset_rejects_bad_looks(over, match):
+    from layerlab.chapters import calibration
+
+    with pytest.raises(ValueError, match=match):
+        calibration.preset("smoke", **over)
+
+
+def test_rate_evidence_interval_widens_with_a_smaller_share_and_rejects_bad_counts():
+    from layerlab.chapters.calibration.rules import rate_evidence
+
+    wide, narrow = rate_evidence(10, 400, alpha=0.01), rate_evidence(10, 400)
+    assert wide.low < narrow.low and wide.high > narrow.high and wide.p_less == narrow.p_less
+    with pytest.raises(ValueError, match="0 <= k <= n"):
+        rate_evidence(5, 4)

@@ -3,8 +3,10 @@ is false (the null), and how often when the claimed effect is there (power).
 
 A scenario is a pair of samplers, one drawing data under the null and one under the claimed effect,
 plus the function that turns one draw into :class:`~layerlab.report.inference.Evidence` exactly as the
-chapter does. :func:`calibrate` runs ``n_sims`` draws of each and counts verdicts. The book's
-standard: false "supported" <= 5% at the real n, with the power printed next to it.
+chapter does. :func:`calibrate` runs ``n_sims`` draws of each and counts verdicts; :func:`extend_null`
+adds null draws to a calibration whose false-"supported" rate is still too uncertain to decide (each
+added draw has its own seed, so the rate over N null draws is the same however it was reached). The
+book's standard: false "supported" <= 5% at the real n, with the power printed next to it.
 
 Built-in scenarios (:func:`scenario`) cover the designs of the book: a paired mean difference over
 units (seeds, prompts, documents), a correlation over units, and the peak-then-drop of a depth curve
@@ -14,7 +16,7 @@ units (seeds, prompts, documents), a correlation over units, and the peak-then-d
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,7 @@ import numpy as np
 from layerlab.report.inference import Evidence, correlation, held_out_peak_drop, mean_effect
 from layerlab.report.verdicts import Band, Direction, Equivalence, Family
 
-__all__ = ["Calibration", "Scenario", "calibrate", "family_scenario", "naive_peak_drop", "scenario",
+__all__ = ["Calibration", "Scenario", "calibrate", "extend_null", "family_scenario", "naive_peak_drop", "scenario",
            "sequential_scenario"]
 
 Rule = Direction | Band | Equivalence | Family
@@ -44,7 +46,8 @@ class Scenario:
 
 @dataclass(frozen=True, kw_only=True)
 class Calibration:
-    """Verdict rates of ``rule`` on ``scenario`` over ``n_sims`` draws of each hypothesis."""
+    """Verdict rates of ``rule`` on ``scenario`` over ``n_sims`` draws of each hypothesis; the false-"supported"
+    rate over ``null_sims`` null draws (more than ``n_sims`` after :func:`extend_null`)."""
 
     scenario: str
     rule: str
@@ -55,16 +58,27 @@ class Calibration:
     false_supported: float  # P(supported | null)
     false_contradicted: float  # P(contradicted | effect)
     power: float  # P(supported | effect)
+    n_null: int | None = None  # null draws behind false_supported when extended (None: n_sims)
+
+    @property
+    def null_sims(self) -> int:
+        """The null draws behind ``false_supported``."""
+        return self.n_sims if self.n_null is None else self.n_null
+
+    @property
+    def null_supported(self) -> int:
+        """How many of the null draws the rule called "supported"."""
+        return round(self.false_supported * self.null_sims)
 
     @property
     def calibrated(self) -> bool:
         """False "supported" at most 5% (with Monte-Carlo slack of two standard errors)."""
-        return self.false_supported <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / self.n_sims)
+        return self.false_supported <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / self.null_sims)
 
     def row(self) -> dict[str, Any]:
         return {"scenario": self.scenario, "rule": self.rule, "n": f"{self.n} {self.unit}",
                 "false supported": self.false_supported, "power": self.power, "effect": self.effect_size,
-                "sims": self.n_sims}
+                "sims": self.n_sims, "null sims": self.null_sims}
 
 
 def calibrate(rule: Rule, sc: Scenario, *, n_sims: int = 400, seed: int = 0) -> Calibration:
@@ -81,6 +95,25 @@ def calibrate(rule: Rule, sc: Scenario, *, n_sims: int = 400, seed: int = 0) -> 
                        effect_size=sc.effect_size, false_supported=float((null_a == "supported").mean()),
                        false_contradicted=float((eff_a == "contradicted").mean()),
                        power=float((eff_a == "supported").mean()))
+
+
+def extend_null(cal: Calibration, rule: Rule, sc: Scenario, n_total: int, *, seed: int = 0) -> Calibration:
+    """``cal`` with its false-"supported" rate over ``n_total`` null draws: the draws it has plus draws
+    ``cal.null_sims .. n_total - 1``, draw i from ``default_rng([seed, 1, i])`` with evidence seed i (the
+    stream of :func:`calibrate` covers the first ``n_sims``). The power is unchanged. ``seed`` must be the
+    seed ``cal`` was made with."""
+    if n_total < cal.null_sims:
+        raise ValueError(f"extend_null: n_total = {n_total} is below the {cal.null_sims} null draws already made")
+    if cal.scenario != sc.name or cal.rule != rule.name or cal.n != sc.n:
+        raise ValueError(f"extend_null: the calibration is of {cal.scenario!r} / {cal.rule!r} at n = {cal.n}, "
+                         f"not of {sc.name!r} / {rule.name!r} at n = {sc.n}; pass the same rule and scenario")
+    if n_total == cal.null_sims:
+        return cal
+    k = cal.null_supported
+    for i in range(cal.null_sims, n_total):
+        data = sc.null(np.random.default_rng([seed, 1, i]))
+        k += rule.decide(sc.evidence(data, i)).verdict == "supported"
+    return replace(cal, false_supported=k / n_total, n_null=n_total)
 
 
 def naive_peak_drop(curves: Any, *, unit: str, seed: int = 0) -> Evidence:
