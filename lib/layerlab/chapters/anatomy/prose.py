@@ -183,7 +183,7 @@ def tier_table(r: AnatomyResult) -> pd.DataFrame:
     out = pd.DataFrame({"layer": sorted(big.layer.unique())})
     for op in ("skip", "neighbour_avg"):
         t = big[big.op == op].set_index("layer")
-        out[f"{op} ΔPPL % [95% CI]"] = [f"{fmt(t.loc[x, 'dppl_pct'], 2)} [{fmt(t.loc[x, 'dppl_low'], 2)}, "
+        out[f"{op} ΔPPL % [repeated 95% CI]"] = [f"{fmt(t.loc[x, 'dppl_pct'], 2)} [{fmt(t.loc[x, 'dppl_low'], 2)}, "
                                        f"{fmt(t.loc[x, 'dppl_high'], 2)}]" for x in out.layer]
         out[f"{op} tier"] = [t.loc[x, "tier"] for x in out.layer]
         out[f"{op} documents"] = [int(t.loc[x, "n_docs"]) for x in out.layer]
