@@ -148,7 +148,7 @@ def test_sequential_looks_keep_a_rate_of_exactly_5_percent_from_passing_as_calib
     import numpy as np
 
     from layerlab.chapters import calibration
-    from layerlab.chapters.calibration.rules import decide_rate
+    from layerlab.chapters.calibration.looks import decide_rate
     from layerlab.chapters.calibration.run import sequential_looks
 
     P = calibration.preset("cpu")
@@ -190,7 +190,7 @@ def test_preset_rejects_bad_looks(over, match):
 
 
 def test_rate_evidence_interval_widens_with_a_smaller_share_and_rejects_bad_counts():
-    from layerlab.chapters.calibration.rules import rate_evidence
+    from layerlab.chapters.calibration.looks import rate_evidence
 
     wide, narrow = rate_evidence(10, 400, alpha=0.01), rate_evidence(10, 400)
     assert wide.low < narrow.low and wide.high > narrow.high and wide.p_less == narrow.p_less

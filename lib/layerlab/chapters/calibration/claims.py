@@ -1,11 +1,11 @@
 """The calibration appendix's claim rows: for each design, "false 'supported' <= 5%" (or, for the
 biased same-data peak, "> 5%"), decided on the simulated rate with an exact binomial test and a
 Clopper-Pearson interval over the null simulations, at the share of the level of the look that decided
-it (:mod:`layerlab.chapters.calibration.rules`)."""
+it (:mod:`layerlab.chapters.calibration.looks`)."""
 
 from __future__ import annotations
 
-from layerlab.chapters.calibration.rules import LEVEL, decide_rate, rate_evidence
+from layerlab.chapters.calibration.looks import LEVEL, decide_rate, rate_evidence
 from layerlab.chapters.calibration.run import CalibrationResult
 from layerlab.report.claims import Claim
 

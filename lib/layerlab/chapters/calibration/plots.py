@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from layerlab.chapters.calibration.rules import rate_evidence
+from layerlab.chapters.calibration.looks import rate_evidence
 from layerlab.chapters.calibration.run import CalibrationResult
 
 __all__ = ["fig_calibration"]

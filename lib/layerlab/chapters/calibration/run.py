@@ -4,7 +4,7 @@ Each case of the preset is simulated ``n_sims`` times under its null and under i
 (:func:`layerlab.report.calibration.calibrate`) with the rule its chapter uses (:func:`rule_of`: the
 one-sided :class:`layerlab.report.verdicts.Direction`, or a two-sided family). A case whose
 false-"supported" rate is still undecided against 5% at its look's share of the level
-(:func:`layerlab.chapters.calibration.rules.decide_rate`) gets more null draws, up to the preset's last
+(:func:`layerlab.chapters.calibration.looks.decide_rate`) gets more null draws, up to the preset's last
 look (:func:`layerlab.report.calibration.extend_null`). Cases are independent and seeded by their
 index, so they run in worker processes with identical results; the whole result is cached.
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from layerlab.chapters.calibration.looks import LEVEL, decide_rate
 from layerlab.chapters.calibration.presets import CalibrationPreset, Case
-from layerlab.chapters.calibration.rules import LEVEL, decide_rate
 from layerlab.core.cache import cached
 from layerlab.core.fingerprints import fingerprint
 from layerlab.core.protocol import Provenance, provenance
@@ -73,7 +73,7 @@ def _scenario(case: Case) -> Scenario:
 def sequential_looks(P: CalibrationPreset, expect_calibrated: bool, supported_at: Callable[[int], int]) -> int:
     """The look (1-based) at which the preset's sequential design stops: ``supported_at(n)`` gives the
     "supported" verdicts among the first n null draws; at look j the rate is decided at ``P.shares[j]`` of
-    5% (:func:`~layerlab.chapters.calibration.rules.decide_rate`), and an undecided rate goes on to the
+    5% (:func:`~layerlab.chapters.calibration.looks.decide_rate`), and an undecided rate goes on to the
     next look's draws (the last look always stops)."""
     for look, (n, share) in enumerate(zip(P.looks, P.shares, strict=True), start=1):
         _, d = decide_rate(supported_at(n), n, expect_calibrated, alpha=LEVEL * share)

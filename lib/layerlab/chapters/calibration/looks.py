@@ -1,4 +1,6 @@
-"""The calibration appendix's rule for one design: is its false-"supported" rate at most 5%?
+"""The calibration appendix's decision on one design, which is also its stopping rule: is the
+false-"supported" rate at most 5%? (:func:`layerlab.chapters.calibration.run.run_case` draws more null
+simulations while it is undecided, so this module is part of what the cached result is computed by.)
 
 The rate is k "supported" verdicts in n null simulations. It is compared with :data:`LEVEL` by an exact
 binomial test with a Clopper-Pearson interval, at the share of the level that the look deciding it
