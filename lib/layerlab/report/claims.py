@@ -32,6 +32,7 @@ __all__ = [
     "interval_digits",
     "key_findings",
     "level_mark",
+    "level_text",
     "plain_unit",
     "what_would_change",
     "verdict_from_ci",
@@ -114,7 +115,7 @@ class Claim:
         mark = level_mark(ci_level)
         if mark and evidence.low is not None:
             shown = fmt_interval(evidence.low, evidence.high)
-            reading = reading.replace(f"95% CI {shown}", f"{mark.strip(' ()')} CI {shown}")
+            reading = reading.replace(f"95% CI {shown}", f"{level_text(ci_level)} CI {shown}")
         return cls(
             id=id,
             claim=claim,
@@ -167,11 +168,14 @@ def fmt_interval(low: float | None, high: float | None, digits: int = 3) -> str:
     return f"[{fmt(low, d)}, {fmt(high, d)}]"
 
 
+def level_text(level: float | None) -> str:
+    """A confidence level as the book writes it: "95%" for ``None``, "97.5%" for 0.975."""
+    return "95%" if level is None else f"{100 * level:.4g}%"
+
+
 def level_mark(level: float | None) -> str:
     """" (97.5%)" for an interval that is not a 95% one, "" for a 95% interval (``None`` or 0.95)."""
-    if level is None or abs(level - 0.95) < 1e-12:
-        return ""
-    return f" ({100 * level:.4g}%)"
+    return "" if level_text(level) == "95%" else f" ({level_text(level)})"
 
 
 def _checked(claims: Iterable[Claim], where: str) -> list[Claim]:
@@ -360,8 +364,7 @@ def key_findings(claims: Iterable[Claim]) -> str:
                 why = why[:1].upper() + why[1:]  # a note ("not computed: ...") is a sentence here
                 why = why if why.endswith((".", "!", "?")) else why + "."
             else:
-                level = "95%" if not level_mark(c.ci_level) else level_mark(c.ci_level).strip(" ()")
-                ci = "" if c.ci_low is None else f", {level} CI {fmt_interval(c.ci_low, c.ci_high)}"
+                ci = "" if c.ci_low is None else f", {level_text(c.ci_level)} CI {fmt_interval(c.ci_low, c.ci_high)}"
                 n = "" if c.n is None else f", n = {c.n} {c.unit}".rstrip()
                 why = f"ours {fmt(c.ours, interval_digits(c.ci_low, c.ci_high))}{ci}{n}."
             lines.append(f"  - **{c.id}** {_md_escape(c.claim)}. {_md_escape(why)}")

@@ -8,8 +8,17 @@ from __future__ import annotations
 from layerlab.chapters.calibration.looks import LEVEL, decide_rate, rate_evidence
 from layerlab.chapters.calibration.run import CalibrationResult
 from layerlab.report.claims import Claim
+from layerlab.report.inference import Evidence
+from layerlab.report.verdicts import Decision
 
-__all__ = ["LEVEL", "claims", "prose", "rate_evidence"]
+__all__ = ["LEVEL", "case_decision", "claims", "prose", "rate_evidence"]
+
+
+def case_decision(result: CalibrationResult, i: int) -> tuple[Evidence, Decision]:
+    """(evidence, decision) on case ``i``'s false-"supported" rate, at the level of the look that decided it."""
+    cal = result.calibrations[i]
+    return decide_rate(cal.null_supported, cal.null_sims, result.preset.cases[i].expect_calibrated,
+                       alpha=result.alpha(i))
 
 
 def claims(result: CalibrationResult) -> list[Claim]:
@@ -19,7 +28,7 @@ def claims(result: CalibrationResult) -> list[Claim]:
     n_looks = len(P.looks)
     for i, (case, cal) in enumerate(zip(P.cases, result.calibrations, strict=True)):
         alpha, look = result.alpha(i), result.looks[i]
-        ev, decision = decide_rate(cal.null_supported, cal.null_sims, case.expect_calibrated, alpha=alpha)
+        ev, decision = case_decision(result, i)
         sign = "<=" if case.expect_calibrated else ">"
         done = "decided" if decision.verdict in ("supported", "contradicted") else "still undecided"
         where = ("" if n_looks == 1 else
@@ -63,10 +72,8 @@ def _looks_sentence(result: CalibrationResult) -> str:
     if not went:
         return head + "No design needed more than the first look."
     listed = ", ".join(f"{k} ({m:,})" for k, m in went)
-    undecided = [f"K{i + 1}" for i, (case, c) in enumerate(zip(P.cases, result.calibrations, strict=True))
-                 if result.looks[i] == len(P.looks)
-                 and decide_rate(c.null_supported, c.null_sims, case.expect_calibrated,
-                                 alpha=result.alpha(i))[1].verdict not in ("supported", "contradicted")]
+    undecided = [f"K{i + 1}" for i in range(len(P.cases))
+                 if case_decision(result, i)[1].verdict not in ("supported", "contradicted")]
     tail = (f" Still undecided at the last look: {', '.join(undecided)}." if undecided else
             " Each of them was decided.")
     one = len(went) == 1

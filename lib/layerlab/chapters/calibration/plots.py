@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from layerlab.chapters.calibration.looks import rate_evidence
+from layerlab.chapters.calibration.claims import case_decision
 from layerlab.chapters.calibration.run import CalibrationResult
 
 __all__ = ["fig_calibration"]
@@ -17,8 +17,7 @@ def fig_calibration(result: CalibrationResult):
     design, labelled with its n and unit."""
     t = result.table
     y = np.arange(len(t))
-    ci = np.array([[e.low, e.high] for e in (rate_evidence(c.null_supported, c.null_sims, alpha=result.alpha(i))
-                                             for i, c in enumerate(result.calibrations))])
+    ci = np.array([[ev.low, ev.high] for ev, _ in (case_decision(result, i) for i in range(len(t)))])
     rate = t["false supported"].to_numpy()
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 0.45 * len(t) + 1.2), sharey=True)
     a.barh(y, rate, color="#c0504d")

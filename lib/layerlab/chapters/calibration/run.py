@@ -43,13 +43,12 @@ class CalibrationResult:
 
     @property
     def numbers(self) -> dict[str, float]:
-        """Glued values: the worst false-supported rate among the designs the book uses, n_sims, the looks'
-        null draws and how many designs went on past the first look."""
+        """Glued values: the worst false-supported rate among the designs the book uses, n_sims, and the
+        looks' null draws and shares of the level."""
         used = [c for c, case in zip(self.calibrations, self.preset.cases, strict=True) if case.expect_calibrated]
         looks = self.preset.looks
         return {"n_sims": self.preset.n_sims, "worst_false": max(c.false_supported for c in used),
-                "n_cases": len(self.calibrations), "n_extended": sum(k > 1 for k in self.looks),
-                "max_null": max(c.null_sims for c in self.calibrations),
+                "n_cases": len(self.calibrations),
                 "looks": ", ".join(f"{n:,}" for n in looks),
                 "shares": ", ".join(f"{100 * LEVEL * s:.3g}%" for s in self.preset.shares)}
 
