@@ -117,6 +117,17 @@ def test_float64_models_are_float64_end_to_end(family):
     assert models.tiny_model(family, dtype=torch.float32).config._attn_implementation == "eager"
 
 
+@pytest.mark.parametrize("family", models.TINY_FAMILIES)
+def test_a_tiny_model_of_any_depth_builds_and_runs(family):
+    """A depth override reaches the config's constructor: what Gemma 2/3 and Qwen2 derive from the depth
+    (one attention type per layer) is derived for the new depth, and the model runs."""
+    m = models.tiny_model(family, num_hidden_layers=7)
+    assert arch.view(m).n_layers == 7
+    types = getattr(m.config, "layer_types", None)
+    assert types is None or len(types) == 7
+    assert m(torch.randint(0, 200, (1, 5))).logits.shape == (1, 5, m.config.vocab_size)
+
+
 def test_model_label_names_the_offline_model_as_it_is():
     from layerlab.core.models import model_label
 

@@ -73,53 +73,55 @@ def tiny_config(family: str = "llama", **overrides):
 
     common = dict(vocab_size=259, bos_token_id=256, eos_token_id=257, pad_token_id=258)
     if family == "llama":
-        cfg = tf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                             tie_word_embeddings=False, **common)
+        cls, kw = tf.LlamaConfig, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                       tie_word_embeddings=False, **common)
     elif family == "qwen2":
-        cfg = tf.Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                             tie_word_embeddings=True, **common)
+        cls, kw = tf.Qwen2Config, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                       tie_word_embeddings=True, **common)
     elif family == "gemma2":
-        cfg = tf.Gemma2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                              max_position_embeddings=512, sliding_window=512, **common)
+        cls, kw = tf.Gemma2Config, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                        max_position_embeddings=512, sliding_window=512, **common)
     elif family == "gemma3":
-        cfg = tf.Gemma3TextConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                  max_position_embeddings=512, sliding_window=512, **common)
+        cls, kw = tf.Gemma3TextConfig, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                            max_position_embeddings=512, sliding_window=512, **common)
     elif family == "gpt2":
-        cfg = tf.GPT2Config(n_embd=64, n_layer=4, n_head=4, n_positions=512, **common)
+        cls, kw = tf.GPT2Config, dict(n_embd=64, n_layer=4, n_head=4, n_positions=512, **common)
     elif family == "neox":
-        cfg = tf.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                               num_attention_heads=4, max_position_embeddings=512,
-                               use_parallel_residual=True, **common)
+        cls, kw = tf.GPTNeoXConfig, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                         num_attention_heads=4, max_position_embeddings=512,
+                                         use_parallel_residual=True, **common)
     # the Fig. 1a families (Aubry et al. 2025), shrunk from the released configs' shapes
     elif family == "mistral":  # Mistral-7B: GQA, sliding window (wider than any test prompt here)
-        cfg = tf.MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                               sliding_window=512, tie_word_embeddings=False, **common)
+        cls, kw = tf.MistralConfig, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                         sliding_window=512, tie_word_embeddings=False, **common)
     elif family == "gemma":  # gemma-2b: multi-query attention, (1 + w) RMSNorm, scaled embedding
-        cfg = tf.GemmaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                             num_attention_heads=4, num_key_value_heads=1, head_dim=16,
-                             max_position_embeddings=512, **common)
+        cls, kw = tf.GemmaConfig, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                       num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                                       max_position_embeddings=512, **common)
     elif family == "olmo":  # OLMo-1B-hf / OLMo-1.7-7B-hf: weightless LayerNorm, tied embeddings, clip_qkv
-        cfg = tf.OlmoConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                            num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
-                            clip_qkv=8.0, tie_word_embeddings=True, **common)
+        cls, kw = tf.OlmoConfig, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+                                      clip_qkv=8.0, tie_word_embeddings=True, **common)
     elif family == "phi":  # phi-1 / 1.5 / 2: parallel attention + MLP, partial rotary, biased lm_head
-        cfg = tf.PhiConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                           num_attention_heads=4, max_position_embeddings=512, partial_rotary_factor=0.5,
-                           resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0, **common)
+        cls, kw = tf.PhiConfig, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                     num_attention_heads=4, max_position_embeddings=512, partial_rotary_factor=0.5,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0, **common)
     elif family == "falcon":  # falcon-11B: new decoder architecture, GQA, one parallel input norm
-        cfg = tf.FalconConfig(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_kv_heads=2,
-                              new_decoder_architecture=True, parallel_attn=True, num_ln_in_parallel_attn=1,
-                              multi_query=True, alibi=False, bias=False, max_position_embeddings=512,
-                              **common)
+        cls, kw = tf.FalconConfig, dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_kv_heads=2,
+                                        new_decoder_architecture=True, parallel_attn=True, num_ln_in_parallel_attn=1,
+                                        multi_query=True, alibi=False, bias=False, max_position_embeddings=512,
+                                        **common)
     else:
         raise ValueError(f"unknown tiny family {family!r}: choose one of {', '.join(TINY_FAMILIES)}")
-    for k, v in overrides.items():
-        setattr(cfg, k, v)
+    # overrides go to the constructor (under the config's own name for an alias such as GPT-2's n_layer), so
+    # that what a config derives from them is derived again: Gemma 2/3's per-layer attention types follow the depth
+    kw.update({getattr(cls, "attribute_map", {}).get(k, k): v for k, v in overrides.items()})
+    cfg = cls(**kw)
     cfg._attn_implementation = "eager"
     return cfg
 
