@@ -11,7 +11,7 @@ from layerlab.chapters import atlas
 from layerlab.chapters.atlas import measure
 from layerlab.chapters.residual.analysis import lens_nll
 from layerlab.core.jacobians import reference_jacobians
-from layerlab.core.models import tiny_model
+from layerlab.core.models import TINY_FAMILIES, tiny_model
 from layerlab.core.residual import run_with_capture
 from layerlab.metrics import ablation, coupling, diversity, members, weights
 
@@ -100,6 +100,45 @@ def test_weight_columns_are_the_anatomy_metrics(model):
     np.testing.assert_allclose(got["delta_corr"][1:L - 1].numpy(), d.numpy(), rtol=1e-12)
     assert np.isnan(got["delta_corr"][0]) and np.isnan(got["weight_r2"][0])
     assert torch.isfinite(got["weight_r2"][1:]).all()
+
+
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+def test_every_family_gets_every_column(family):
+    """The atlas's pieces on a tiny model of every supported family (fused qkv, no gate, parallel residual,
+    sandwich norms, ...): the shared pass equals the separate passes bit for bit, every column is finite, and
+    the weight lens reads the family's own reader matrices (a fused qkv where there is one)."""
+    m = tiny_model(family, seed=0, num_hidden_layers=4)
+    x = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(2))
+    lp, mp = measure.lens_positions(16, 4, 0), measure.lens_positions(16, 2, 1)
+    got = measure.batch_pieces(m, x, range(4), lens_pos=lp, member_pos=mp, member_chunk=2)
+    ref = measure.batch_pieces(m, x, range(4), lens_pos=lp, member_pos=mp, member_chunk=2, shared=False)
+    assert got.keys() == ref.keys() and all(torch.equal(got[k], ref[k]) for k in got)
+    assert all(torch.isfinite(v).all() for v in got.values())
+    # the member lenses exist exactly where the members sum to the logits (not under Gemma 2's soft-cap)
+    defined = family != "gemma2"
+    assert measure.members_defined(m) == defined and ("member_bias" in got) == defined
+    assert (measure.omitted_lenses(m) == "") == defined
+    jac = measure.jacobian_piece(m, x[0], 15, list(range(4)), k=4)
+    assert all(torch.isfinite(v).all() for v in jac.values())
+    readers = measure.reader_components(m)
+    assert ("qkv" in readers) != ("q" in readers) and set(readers) <= {"q", "k", "v", "gate", "up", "qkv"}
+    w = measure.weight_piece(m)
+    assert torch.isfinite(w["weight_r2"][1:]).all() and torch.isfinite(w["delta_corr"][1:3]).all()
+
+
+def test_a_soft_capped_model_gets_an_atlas_without_member_lenses(capsys, fresh_cache, tmp_path):
+    """Gemma 2 (final-logit soft-cap, 6 blocks: its per-layer attention types follow the depth): the CLI
+    writes the atlas without the bias-diversity and information-gain columns and says why."""
+    from layerlab.cli import main
+
+    assert main(["atlas", "tiny-gemma2", "--profile", "smoke", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "note: no bias-diversity or information-gain columns: gemma2 soft-caps its final logits" in out
+    r = atlas.run(atlas.preset("smoke", model="tiny-gemma2"))
+    assert r.n_layers == 6 and "skip" in r.wide() and "coupling" in r.wide()
+    assert not {"attn_bias", "attn_div", "mlp_bias", "mlp_div", "info_gain"} & set(r.wide().columns)
+    assert r.numbers["n_pairs"] == len(r.agreement) == r.wide().shape[1] * (r.wide().shape[1] - 1) // 2
+    assert "headline_diversity" not in r.numbers and "ranks" in r.numbers["headline_anatomy"]
 
 
 def _cli(argv, capsys):

@@ -44,6 +44,8 @@ SHRINK = {
                      vit_ks=(4, 8), **GPU_FAMILY_FILTERS),
     "diversity": dict(shots=1, n_train=16, n_test=16, max_words=12, lm_windows=2, lm_window=32, lm_positions=4,
                       null_examples=12, family_examples=16, n_boot=100),
+    "atlas": dict(window=32, tokens=62, batch_size=2, lens_positions=4, member_positions=2, member_chunk=2,
+                  jacobian_samples=2, coupling_k=4, n_boot=100, n_perm=200, family_min_depth=3),
     "growth": dict(depth=4, width=32, steps=12, seeds=(0, 1), n_evals=4, windows_per_doc=4, imp_docs=4,
                    imp_windows_per_doc=2, batch_size=4, warmup=2, lr_sweep=(3e-3, 1e-2), workers=1),
 }
@@ -147,6 +149,52 @@ def test_coupling_gpu_dry(dry, real_depth):
     assert {c.id for c in rows} >= {"C1", "C2", "C4", "C6", "C7"}
 
 
+def test_atlas_gpu_dry(dry):
+    """The atlas's gpu profile as its notebook runs it: the main model, the family section on the gpu family
+    (stand-in depths 1-3, hence ``family_min_depth=3``) and the cross-model section on Pythia-160M, Pythia-410M
+    and Llama-3.2-1B, each a row AX<i> with a verdict; every hub model's cache released after its run."""
+    import matplotlib.pyplot as plt
+
+    from layerlab.chapters import atlas
+    from layerlab.training.standins import GPU_FAMILY
+
+    ch, p = _gpu_preset("atlas")
+    assert p.extra_models == ("EleutherAI/pythia-160m", "EleutherAI/pythia-410m", "meta-llama/Llama-3.2-1B")
+    r = atlas.run(p)
+    fa = atlas.run_family(p, min_depth=p.family_min_depth)
+    others = atlas.run_models(p)
+    rows = atlas.claims(r, family=fa, others=others)
+    assert r.provenance.profile == "gpu" and r.n_layers == 4 and len(r.agreement) == r.numbers["n_pairs"] > 0
+    assert {(m, None, False) for m in (p.model, *p.extra_models)} <= set(dry.loads)
+    assert [o.preset.model for o in others] == list(p.extra_models) and all(o.n_layers == 4 for o in others)
+    assert fa.numbers["n_members"] == sum(m.depth >= 3 for m in GPU_FAMILY.members) == len(fa.init)
+    ids = [c.id for c in rows]
+    assert ids == ["AG", "AF", "AA", "AX1", "AX2", "AX3"] and all(c.verdict for c in rows)
+    for c, res in zip([rows[0], *rows[3:]], [r, *others], strict=True):  # AG and AX<i>: over each model's layers
+        assert c.unit == "layers" and 3 <= c.n <= res.n_layers and res.numbers["model"] in c.claim
+    text = str(atlas.prose(r, rows, family=fa, others=others)["atlas_others_sentence"].data)
+    assert all(o.numbers["model"] in text for o in others)
+    figs = [atlas.plots.fig_heatmap(r), atlas.plots.fig_agreement(r), atlas.plots.fig_family(fa)]
+    assert all(f is not None for f in figs)
+    plt.close("all")
+    assert dry.cached_repos() == [], f"hub caches not released: {dry.cached_repos()}"
+
+
+def test_atlas_keeps_a_hub_model_the_user_had_cached(dry):
+    """The atlas deletes only what its run downloaded: a model already in the hub cache stays there."""
+    from layerlab.chapters import atlas
+    from layerlab.core import hub
+
+    ch, p = _gpu_preset("atlas", model="EleutherAI/pythia-160m", tokens=31, seed=1)
+    d = hub.repo_dir(p.model)
+    d.mkdir(parents=True)
+    (d / "config.json").write_text("{}")
+    atlas.run(p)
+    assert (p.model, None, False) in dry.loads and dry.cached_repos() == [p.model]
+    assert (d / "config.json").exists()
+    hub.delete_cached(p.model, force=True)
+
+
 def test_growth_gpu_dry(dry):
     from layerlab.training.standins import GPU_FAMILY
 
@@ -185,15 +233,13 @@ def test_every_gpu_hub_id_has_a_standin():
     from layerlab.chapters import CHAPTERS
     from layerlab.core import hub
     from layerlab.core.models import TINY_FAMILIES
+    from layerlab.doctor import preset_models
     from layerlab.training.standins import MODEL_TYPES
 
     ids = set()
     for name in CHAPTERS:
-        p = importlib.import_module(f"layerlab.chapters.{name}").preset("gpu")
-        for f in ("model", "fig1a_models", "pythia"):
-            v = getattr(p, f, ())
-            ids |= {v} if isinstance(v, str) else set(v)
-    ids = {i for i in ids if hub.is_hub_id(i)}
+        ids |= {i for i, _ in preset_models(importlib.import_module(f"layerlab.chapters.{name}").preset("gpu"))}
+    assert {"EleutherAI/pythia-160m", "EleutherAI/pythia-410m", "meta-llama/Llama-3.2-1B"} <= ids  # the atlas's
     assert len(ids) >= 31
     for i in ids:
         m = hub.lookup(i)

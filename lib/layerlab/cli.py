@@ -112,6 +112,8 @@ def atlas(argv: list[str] | None = None) -> int:
         print(r.compact().round(4).to_string())
     print(f"{r.numbers['n_agree']} of {r.numbers['n_pairs']} lens pairs agree, {r.numbers['n_opposite']} opposite "
           f"(Holm); {r.numbers['tiers']}")
+    if r.numbers.get("omitted"):
+        print(f"note: {r.numbers['omitted']}")
     print("wrote " + ", ".join(str(f) for f in files))
     return 0
 

@@ -49,13 +49,14 @@ def _row(layer: int, lens: str, est: float, low: float | None = None, high: floa
             "low": nan if low is None else float(low), "high": nan if high is None else float(high)}
 
 
-def layer_table(p: Mapping[str, np.ndarray], layers: list[int], docs: np.ndarray, member_docs: np.ndarray,
+def layer_table(p: Mapping[str, np.ndarray], layers: list[int], docs: np.ndarray, member_docs: np.ndarray | None,
                 jac_docs: np.ndarray) -> pd.DataFrame:
     """Long table (layer, lens, family, estimate, low, high): the mean over documents of each document's
     mean with its 95% t-interval over documents (:func:`layerlab.report.inference.unit_interval`);
     ablations are the paired per-window ΔNLL (ablated − clean NLL on the same window)."""
     rows = []
-    info, gains = marginal_gains(p["summaries"], p["labels"])
+    has_members = "member_bias" in p  # absent where the members are undefined (measure.members_defined)
+    gains = marginal_gains(p["summaries"], p["labels"])[1] if has_members else None
     for i, layer in enumerate(layers):
         for op in ("skip", "skip_attn", "skip_mlp", "neighbour_avg"):
             rows.append(_row(layer, op, *unit_interval(p[f"nll/{op}@{layer}"] - p["base"], docs)))
@@ -67,10 +68,11 @@ def layer_table(p: Mapping[str, np.ndarray], layers: list[int], docs: np.ndarray
         for name in ("spectral_norm", "jacobian_fro"):
             rows.append(_row(layer, name, *unit_interval(p[name][:, i], jac_docs)))
         rows.append(_row(layer, "coupling", *unit_interval(p["coupling_null"][:, i] - p["coupling"][:, i], jac_docs)))
-        for kind, m in (("attn", 1 + 2 * layer), ("mlp", 2 + 2 * layer)):
-            rows.append(_row(layer, f"{kind}_bias", *unit_interval(p["member_bias"][:, m], member_docs)))
-            rows.append(_row(layer, f"{kind}_div", *unit_interval(p["member_div"][:, m], member_docs)))
-        rows.append(_row(layer, "info_gain", gains[layer + 1]))
+        if has_members:
+            for kind, m in (("attn", 1 + 2 * layer), ("mlp", 2 + 2 * layer)):
+                rows.append(_row(layer, f"{kind}_bias", *unit_interval(p["member_bias"][:, m], member_docs)))
+                rows.append(_row(layer, f"{kind}_div", *unit_interval(p["member_div"][:, m], member_docs)))
+            rows.append(_row(layer, "info_gain", gains[layer + 1]))
         rows.append(_row(layer, "weight_r2", p["weight_r2"][layer]))
         rows.append(_row(layer, "delta_corr", p["delta_corr"][layer]))
     return pd.DataFrame(rows)

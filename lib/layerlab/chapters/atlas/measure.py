@@ -36,7 +36,8 @@ from layerlab.core.jacobians import frozen_context_jacobians
 from layerlab.core.residual import lens_logits, run_with_capture
 from layerlab.metrics import ablation, coupling, diversity, members, predictability, weights
 
-__all__ = ["OPS", "batch_pieces", "jacobian_piece", "lens_positions", "weight_piece"]
+__all__ = ["OPS", "batch_pieces", "jacobian_piece", "lens_positions", "members_defined", "omitted_lenses",
+           "reader_components", "weight_piece"]
 
 #: The ablation operators of the atlas (mean ablation needs a calibration split; it is left out).
 OPS: tuple[str, ...] = ("skip", "skip_attn", "skip_mlp", "neighbour_avg")
@@ -108,30 +109,50 @@ def batch_pieces(model: nn.Module, ids: Tensor, layers: Sequence[int], *, lens_p
     """
     ivs = ablation.sweep_interventions(model, ops, layers)
     labels = ids[:, member_pos + 1].reshape(-1)
+    decompose = members_defined(model)
     got: dict[str, object] = {}
 
     def on_batch(start: int, b_ids: Tensor, logits: Tensor, cap: Mapping[str, Tensor]) -> None:
         got["lens"] = _lens_stats(model, b_ids, cap["block_in"], cap["block_out"], lens_pos)
-        u = _member_writes(cap, member_pos)
-        names = ["embed"] + [f"{k}{layer}" for layer in range(view(model).n_layers) for k in ("attn", "mlp")]
-        got["feats"] = members.member_features(model, u, labels, names)
+        if decompose:
+            u = _member_writes(cap, member_pos)
+            names = ["embed"] + [f"{k}{layer}" for layer in range(view(model).n_layers) for k in ("attn", "mlp")]
+            got["feats"] = members.member_features(model, u, labels, names)
 
     B = ids.shape[0]
     if shared:
-        res = ablation.evaluate_interventions(model, ids, ivs, batch_size=B, points=MEMBER_POINTS, on_batch=on_batch)
-        lens, feats = got["lens"], got["feats"]
+        res = ablation.evaluate_interventions(model, ids, ivs, batch_size=B, points=MEMBER_POINTS if decompose else (),
+                                              on_batch=on_batch)
+        lens, feats = got["lens"], got.get("feats")
     else:
         res = ablation.evaluate_interventions(model, ids, ivs, batch_size=B)
         _, cap = run_with_capture(model, ids, ("block_in", "block_out"))
         lens = _lens_stats(model, ids, cap["block_in"], cap["block_out"], lens_pos)
         del cap
         seqs = list(ids)
-        feats = members.collect(model, seqs, labels.tolist(), [member_pos.tolist()] * B, batch_size=B)
+        feats = members.collect(model, seqs, labels.tolist(), [member_pos.tolist()] * B, batch_size=B) \
+            if decompose else None
     out: dict[str, Tensor] = {"base": torch.from_numpy(res.base)}
     out.update({f"nll/{k}": torch.from_numpy(v) for k, v in res.nll.items()})
     out.update(lens)  # type: ignore[arg-type]
-    out.update(_member_stats(model, feats, member_chunk))  # type: ignore[arg-type]
+    if feats is not None:
+        out.update(_member_stats(model, feats, member_chunk))  # type: ignore[arg-type]
     return out
+
+
+def members_defined(model: nn.Module) -> bool:
+    """Do the residual members sum to the logits, so that the bias-diversity lenses are defined? Not for a
+    model that soft-caps its final logits (Gemma 2): its atlas has no member columns (attn/mlp bias and
+    diversity, info_gain), and says so (:func:`omitted_lenses`)."""
+    return view(model).logit_softcap is None
+
+
+def omitted_lenses(model: nn.Module) -> str:
+    """Why lenses are missing from this model's atlas ("" when none is)."""
+    if members_defined(model):
+        return ""
+    return (f"no bias-diversity or information-gain columns: {view(model).family} soft-caps its final logits, so "
+            "the residual members do not sum to them (Kamigaito et al. 2025, Eq. 1 needs an additive readout)")
 
 
 def jacobian_piece(model: nn.Module, ids: Tensor, token: int, layers: Sequence[int], *, k: int,
@@ -156,11 +177,21 @@ def jacobian_piece(model: nn.Module, ids: Tensor, token: int, layers: Sequence[i
             "coupling_null": nb_null}
 
 
-def weight_piece(model: nn.Module, components: Sequence[str] = predictability.READERS) -> dict[str, Tensor]:
+def reader_components(model: nn.Module) -> tuple[str, ...]:
+    """The matrices of a block that read the residual stream, as this model stores them: q, k, v, gate and up
+    (:data:`layerlab.metrics.predictability.READERS`) where it has them, and the fused ``qkv`` of GPT-2,
+    GPT-NeoX (Pythia) and Falcon; a model without a gate (GPT-2, Phi) has none."""
+    have = view(model).blocks[0].weights()
+    return tuple(c for c in (*predictability.READERS, "qkv") if c in have)
+
+
+def weight_piece(model: nn.Module, components: Sequence[str] | None = None) -> dict[str, Tensor]:
     """Per layer: the consecutive-delta correlation centred on it (corr(Δ_{l−1}, Δ_l), NaN at the ends) and
     the held-out lag-1 R² of its innovation (P1 fitted on every other layer), each averaged over
-    ``components`` [L]. With fewer than 3 layers no layer has a lag-1 neighbour to train on besides
-    itself, so the R² stays NaN (as do the delta correlations, which need two deltas)."""
+    ``components`` [L] (default: :func:`reader_components`). With fewer than 3 layers no layer has a lag-1
+    neighbour to train on besides itself, so the R² stays NaN (as do the delta correlations, which need two
+    deltas)."""
+    components = reader_components(model) if components is None else tuple(components)
     L = view(model).n_layers
     delta = torch.full((len(components), L), float("nan"), dtype=torch.float64)
     r2 = delta.clone()

@@ -8,10 +8,11 @@ one Jacobian sample, the weights), so an interrupted run resumes where it stoppe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ from layerlab.core.protocol import Provenance, provenance
 from layerlab.data.corpora import TokenWindows, token_windows
 from layerlab.data.fetch import data_fingerprint
 
-__all__ = ["AtlasResult", "atlas_windows", "check_layers", "load", "run"]
+__all__ = ["AtlasResult", "atlas_windows", "check_layers", "downloaded_only", "load", "run"]
 
 #: what the cached atlas depends on: this module (and, transitively, analysis and measure) and the model loader
 _SOURCES = (__name__, "layerlab.core.models")
@@ -229,20 +230,41 @@ def jacobian_windows(windows: TokenWindows, n: int) -> list[int]:
     return (idx + rest)[:n]
 
 
+@contextlib.contextmanager
+def downloaded_only(name: str) -> Iterator[None]:
+    """``with downloaded_only(hub_id): ...``: a hub model that this block downloads is deleted from the hub
+    cache when the block completes (:func:`layerlab.core.hub.release`: kept on an error, or with
+    ``LAYERLAB_KEEP_HUB=1``), so the gpu profile's four hub models never sit on disk together; a model that
+    was in the cache before (a user's own download) is left there. Offline names, family members and local
+    folders are not hub ids and are never touched."""
+    from layerlab.core import hub
+
+    if hub.is_hub_id(name) and not hub.repo_dir(name).exists():
+        with hub.release(name):
+            yield
+    else:
+        yield
+
+
 def _compute(P: AtlasPreset, progress: bool | None) -> AtlasResult:
+    with downloaded_only(P.model):
+        return _measure(P, progress)
+
+
+def _measure(P: AtlasPreset, progress: bool | None) -> AtlasResult:
     model, tok = load(P)
     L = view(model).n_layers
     layers = check_layers(P.layers, L)
     windows = atlas_windows(tok, P)
     p = measure_all(P, model, windows, layers, progress=progress)
     docs = np.unique(np.asarray(windows.doc_ids), return_inverse=True)[1]
-    member_docs = np.repeat(docs, p["member_bias"].shape[0] // len(docs))
+    member_docs = np.repeat(docs, p["member_bias"].shape[0] // len(docs)) if "member_bias" in p else None
     jac_docs = docs[p["jacobian_windows"]]
     table = an.layer_table(p, layers, docs, member_docs, jac_docs)
     w = an.wide(table)
     agree = an.agreement(w, n_boot=P.n_boot, n_perm=P.n_perm, seed=P.seed)
     tiers = an.tiers(w, P.n_tiers)
-    numbers = _numbers(P, L, layers, windows, w, agree, tiers)
+    numbers = _numbers(P, L, layers, windows, w, agree, tiers, omitted=measure.omitted_lenses(model))
     from layerlab.core.models import model_label
 
     prov = provenance("atlas", P, model=model_label(P.model), tokens=windows.fingerprint(), seed=P.seed)
@@ -251,14 +273,17 @@ def _compute(P: AtlasPreset, progress: bool | None) -> AtlasResult:
 
 
 def _rank(w: pd.DataFrame, lens: str, layer: int) -> str:
+    if lens not in w.columns:
+        return "—"
     r = w[lens].rank(ascending=False)
     return "—" if not np.isfinite(r.get(layer, np.nan)) else f"{int(r[layer])}/{len(w)}"
 
 
 def _numbers(P: AtlasPreset, L: int, layers: list[int], windows: TokenWindows, w: pd.DataFrame,
-             agree: pd.DataFrame, tiers: pd.DataFrame) -> dict[str, Any]:
-    """Glued values: sizes, agreement counts, the tiers and one generated sentence per paper's headline."""
-    top = {c: int(w[c].idxmax()) for c in ("skip", "coupling", "mlp_div") if w[c].notna().any()}
+             agree: pd.DataFrame, tiers: pd.DataFrame, *, omitted: str = "") -> dict[str, Any]:
+    """Glued values: sizes, agreement counts, the tiers, one generated sentence per paper's headline and why
+    lenses are missing (``omitted``, "" when none is)."""
+    top = {c: int(w[c].idxmax()) for c in ("skip", "coupling", "mlp_div") if c in w.columns and w[c].notna().any()}
     heads = {
         "anatomy": ("skip", "the layer whose removal costs most (skip ablation)", ("coupling", "mlp_div")),
         "coupling": ("coupling", "the layer most coupled to its neighbours beyond the null", ("skip", "mlp_div")),
@@ -277,7 +302,7 @@ def _numbers(P: AtlasPreset, L: int, layers: list[int], windows: TokenWindows, w
     return {"model": model_label(P.model), "L": L, "n_measured": len(layers), "n_tokens": int(windows.n_tokens),
             "n_windows": len(windows), "n_docs": len(set(windows.doc_ids)), "n_lenses": w.shape[1],
             "n_pairs": len(agree), "n_agree": int((agree.verdict == "agree").sum()),
-            "n_opposite": int((agree.verdict == "opposite").sum()),
+            "n_opposite": int((agree.verdict == "opposite").sum()), "omitted": omitted,
             "tiers": "; ".join(f"tier {t}: layers {', '.join(str(x) for x in tier_of[tier_of == t].index)}"
                                for t in sorted(tier_of.unique())),
             **{f"top_{k}": v for k, v in top.items()}, **sentences}
