@@ -178,9 +178,9 @@ def jacobian_piece(model: nn.Module, ids: Tensor, token: int, layers: Sequence[i
 
 
 def reader_components(model: nn.Module) -> tuple[str, ...]:
-    """The matrices of a block that read the residual stream, as this model stores them: q, k, v, gate and up
-    (:data:`layerlab.metrics.predictability.READERS`) where it has them, and the fused ``qkv`` of GPT-2,
-    GPT-NeoX (Pythia) and Falcon; a model without a gate (GPT-2, Phi) has none."""
+    """The matrices of a block that read the residual stream, as this model stores them: those of q, k, v, gate
+    and up (:data:`layerlab.metrics.predictability.READERS`) that it has (GPT-2 and Phi have no gate), and the
+    fused ``qkv`` of GPT-2, GPT-NeoX (Pythia) and Falcon."""
     have = view(model).blocks[0].weights()
     return tuple(c for c in (*predictability.READERS, "qkv") if c in have)
 
