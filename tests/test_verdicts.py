@@ -297,6 +297,18 @@ def test_supported_never_sits_beside_an_interval_that_reaches_the_null():
     # two-sided: p = 2 * 2^-6 = 0.031 <= 0.05, interval reaches 0 -> inconclusive
     two = Direction(direction="two-sided").decide(ev)
     assert two.verdict == "inconclusive" and "two-sided test" in two.reading
+    # the reverse: the t-interval clears 0 but the exact sign-flip test does not reach 0.025 (five of six seeds
+    # negative; growth's G1c on the 2026-12-06 Intel build: -0.052 [-0.101, -0.0033], p = 0.031). The row stays
+    # inconclusive, and its reading says the two disagree instead of "does not separate from 0"
+    rev = mean_effect(np.array([-0.06, -0.05, -0.07, -0.055, -0.065, 0.004]), unit="seeds")
+    assert rev.high < 0 and rev.p_less == pytest.approx(2 / 64)
+    for direction, test in (("less", "one-sided"), ("greater", "one-sided"), ("two-sided", "two-sided")):
+        dec = Direction(direction=direction).decide(rev)
+        assert dec.verdict == "inconclusive" and "does not separate" not in dec.reading, direction
+        assert f"interval wholly below 0, but the {test} test" in dec.reading and "disagree" in dec.reading
+        assert "seeds" in dec.remedy
+    wide = mean_effect(np.array([-0.3, 0.2, -0.1, 0.15, -0.2, 0.1]), unit="seeds")
+    assert "does not separate from 0" in Direction(direction="less").decide(wide).reading
     # evidence without an interval is decided by its test alone
     bare = Evidence(estimate=-0.1, low=None, high=None, p_greater=1.0, p_less=0.01, unit="seeds", n=6,
                     method="test only", null=0.0, p_min=2.0 ** -6)

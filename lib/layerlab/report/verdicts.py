@@ -128,6 +128,27 @@ class Direction:
             return ev.high < self.null
         return not ev.low <= self.null <= ev.high
 
+    def _interval_side(self, ev: Evidence) -> str | None:
+        """The side of the null ("greater"/"less") that the shown interval lies wholly on, else None."""
+        if not ev.has_interval or ev.low is None or ev.high is None:
+            return None
+        return "greater" if ev.low > self.null else "less" if ev.high < self.null else None
+
+    def _undecided(self, ev: Evidence, est: str, test: str, p: float, level: float, tail: str) -> Decision:
+        """Neither side rejected. If the shown interval still clears the null (Student-t beside an exact
+        sign-flip test at a few units), say that the two disagree, instead of a reading the interval contradicts."""
+        side = self._interval_side(ev)
+        if side is None:
+            return Decision(verdict="inconclusive", rule=self.name,
+                            reading=f"The estimate {est} does not separate from {fmt(self.null)}{tail}")
+        where = "above" if side == "greater" else "below"
+        return Decision(verdict="inconclusive", rule=self.name,
+                        reading=f"The estimate {est} has an interval wholly {where} {fmt(self.null)}, but the "
+                        f"{test} test, which decides the row, gives p = {p:.2g} > {level:g}: the test and the "
+                        "interval disagree at this n, so more units are needed.",
+                        remedy=f"More {plain_unit(ev.unit)}, enough for the test and the interval to agree, would "
+                        "decide it.")
+
     def _disagree(self, est: str, test: str, unit: str) -> Decision:
         """The test rejected but the interval (a different procedure: Student-t, bootstrap) still reaches the
         null: a reader would see "supported" beside an interval containing 0, so the row stays undecided."""
@@ -177,12 +198,9 @@ class Direction:
                 reading=f"The estimate {est} lies within ±{fmt(self.margin)} of {fmt(self.null)}: "
                 "no effect of the claimed size.",
             )
-        return Decision(
-            verdict="inconclusive",
-            rule=self.name,
-            reading=f"The estimate {est} does not separate from {fmt(self.null)} in either direction: "
-            "too little evidence to decide.",
-        )
+        toward = self._interval_side(ev) or self.direction
+        return self._undecided(ev, est, "one-sided", _p(ev, toward), self.alpha / 2,
+                               " in either direction: too little evidence to decide.")
 
     def _within_margin(self, ev: Evidence) -> bool:
         return (self.margin is not None and ev.has_interval and ev.low is not None and ev.high is not None
@@ -208,10 +226,9 @@ class Direction:
             return Decision(verdict="not supported", rule=self.name,
                             reading=f"The estimate {est} lies within ±{fmt(self.margin)} of {fmt(self.null)}: "
                             "no effect of the claimed size.")
-        return Decision(verdict="inconclusive", rule=self.name,
-                        reading=f"The estimate {est} does not separate from {fmt(self.null)}: too little evidence "
-                        "to decide (a two-sided claim has no opposite side; only an equivalence margin could "
-                        "say there is no effect).")
+        return self._undecided(ev, est, "two-sided", p, self.alpha,
+                               ": too little evidence to decide (a two-sided claim has no opposite side; only an "
+                               "equivalence margin could say there is no effect).")
 
 
 @dataclass(frozen=True, kw_only=True)
