@@ -122,11 +122,8 @@ class Direction:
         that side of the null (two-sided: excludes it); evidence without an interval has nothing to disagree."""
         if not ev.has_interval or ev.low is None or ev.high is None:
             return True
-        if direction == "greater":
-            return ev.low > self.null
-        if direction == "less":
-            return ev.high < self.null
-        return not ev.low <= self.null <= ev.high
+        side = self._interval_side(ev)
+        return side is not None if direction == "two-sided" else side == direction
 
     def _interval_side(self, ev: Evidence) -> str | None:
         """The side of the null ("greater"/"less") that the shown interval lies wholly on, else None."""
@@ -134,13 +131,16 @@ class Direction:
             return None
         return "greater" if ev.low > self.null else "less" if ev.high < self.null else None
 
-    def _undecided(self, ev: Evidence, est: str, test: str, p: float, level: float, tail: str) -> Decision:
+    def _undecided(self, ev: Evidence, est: str, tail: str) -> Decision:
         """Neither side rejected. If the shown interval still clears the null (Student-t beside an exact
         sign-flip test at a few units), say that the two disagree, instead of a reading the interval contradicts."""
         side = self._interval_side(ev)
         if side is None:
             return Decision(verdict="inconclusive", rule=self.name,
                             reading=f"The estimate {est} does not separate from {fmt(self.null)}{tail}")
+        two = self.direction == "two-sided"
+        test, p, level = ("two-sided", _p(ev, "two-sided"), self.alpha) if two else \
+            ("one-sided", _p(ev, side), self.alpha / 2)
         where = "above" if side == "greater" else "below"
         return Decision(verdict="inconclusive", rule=self.name,
                         reading=f"The estimate {est} has an interval wholly {where} {fmt(self.null)}, but the "
@@ -198,9 +198,7 @@ class Direction:
                 reading=f"The estimate {est} lies within ±{fmt(self.margin)} of {fmt(self.null)}: "
                 "no effect of the claimed size.",
             )
-        toward = self._interval_side(ev) or self.direction
-        return self._undecided(ev, est, "one-sided", _p(ev, toward), self.alpha / 2,
-                               " in either direction: too little evidence to decide.")
+        return self._undecided(ev, est, " in either direction: too little evidence to decide.")
 
     def _within_margin(self, ev: Evidence) -> bool:
         return (self.margin is not None and ev.has_interval and ev.low is not None and ev.high is not None
@@ -226,9 +224,8 @@ class Direction:
             return Decision(verdict="not supported", rule=self.name,
                             reading=f"The estimate {est} lies within ±{fmt(self.margin)} of {fmt(self.null)}: "
                             "no effect of the claimed size.")
-        return self._undecided(ev, est, "two-sided", p, self.alpha,
-                               ": too little evidence to decide (a two-sided claim has no opposite side; only an "
-                               "equivalence margin could say there is no effect).")
+        return self._undecided(ev, est, ": too little evidence to decide (a two-sided claim has no opposite side; "
+                               "only an equivalence margin could say there is no effect).")
 
 
 @dataclass(frozen=True, kw_only=True)
