@@ -251,20 +251,22 @@ def test_atlas_windows_come_from_distinct_documents_first():
     assert atlas_windows(tok, P).doc_ids == atlas_windows(tok, P).doc_ids  # seeded
 
 
-def test_layer_table_intervals_are_t_intervals_over_document_means():
-    """A lens's interval is the Student-t interval of the per-document means (two windows of one document
-    count once), never a percentile bootstrap over a handful of documents."""
+def test_layer_table_intervals_are_over_document_means():
+    """A lens's interval is the interval of a mean over the per-document means (two windows of one document
+    count once): Student-t from 8 documents, the exact sign-flip interval below (6 documents: their range),
+    never a percentile bootstrap over a handful of documents."""
     from scipy import stats
 
     from layerlab.report.inference import unit_interval
 
     rng = np.random.default_rng(0)
-    x = rng.normal(1.0, 0.5, 12)
-    g = np.repeat(np.arange(6), 2)
-    m = x.reshape(6, 2).mean(1)
-    half = stats.t.ppf(0.975, 5) * m.std(ddof=1) / np.sqrt(6)
+    x = rng.normal(1.0, 0.5, 16)
+    g = np.repeat(np.arange(8), 2)
+    m = x.reshape(8, 2).mean(1)
+    half = stats.t.ppf(0.975, 7) * m.std(ddof=1) / np.sqrt(8)
     est, lo, hi = unit_interval(x, g)
     assert est == pytest.approx(m.mean()) and (lo, hi) == pytest.approx((m.mean() - half, m.mean() + half))
+    assert unit_interval(x[:12], g[:12])[1:] == pytest.approx((m[:6].min(), m[:6].max()))
     # NaN values are dropped; one document gives no interval; no spread gives a zero-width one
     x2 = x.copy()
     x2[0] = np.nan

@@ -19,6 +19,8 @@ from layerlab.report.inference import (
     holm,
     mean_effect,
     paired_difference,
+    sign_flip_interval,
+    unit_interval,
 )
 from layerlab.report.verdicts import (
     Band,
@@ -281,35 +283,97 @@ def test_held_out_peak_drop_finds_a_real_fall():
 
 
 def test_supported_never_sits_beside_an_interval_that_reaches_the_null():
-    """Six seeds, all negative: the exact sign-flip p is 2^-6 = 0.016 <= 0.025, but the Student-t interval
-    of the mean still reaches 0 (growth's G1c in one build: -0.072 [-0.144, 0.0005]). The two procedures
-    disagree, so the row is inconclusive, and says why; with an interval that clears 0 it is supported."""
-    d = np.array([-0.30, -0.01, -0.02, -0.015, -0.05, -0.02])
-    ev = mean_effect(d, unit="seeds")
-    assert ev.p_less == pytest.approx(2.0 ** -6) and ev.high > 0
+    """Where the shown interval is a different procedure from the deciding test (a Student-t interval beside a
+    Monte Carlo sign-flip test above 12 units), the two can disagree. A test that rejects beside an interval
+    reaching the null leaves the row inconclusive, and says why; with an interval that clears 0 it is
+    supported."""
+    ev = _ev(-0.072, -0.144, 0.0005, 0.99, 0.016)
     dec = Direction(direction="less").decide(ev)
     assert dec.verdict == "inconclusive" and "its interval reaches 0" in dec.reading
     assert "more units are needed" in dec.reading
-    tight = mean_effect(np.array([-0.05, -0.06, -0.055, -0.045, -0.05, -0.06]), unit="seeds")
+    tight = mean_effect(np.random.default_rng(0).normal(-0.05, 0.005, 20), unit="seeds")
     assert tight.high < 0 and Direction(direction="less").decide(tight).verdict == "supported"
     # the same disagreement the other way is no contradiction either
     assert Direction(direction="greater").decide(ev).verdict == "inconclusive"
-    # two-sided: p = 2 * 2^-6 = 0.031 <= 0.05, interval reaches 0 -> inconclusive
+    # two-sided: p = 2 * 0.016 = 0.032 <= 0.05, interval reaches 0 -> inconclusive
     two = Direction(direction="two-sided").decide(ev)
     assert two.verdict == "inconclusive" and "two-sided test" in two.reading
-    # the reverse: the t-interval clears 0 but the exact sign-flip test does not reach 0.025 (five of six seeds
-    # negative; growth's G1c on the 2026-12-06 Intel build: -0.052 [-0.101, -0.0033], p = 0.031). The row stays
-    # inconclusive, and its reading says the two disagree instead of "does not separate from 0"
-    rev = mean_effect(np.array([-0.06, -0.05, -0.07, -0.055, -0.065, 0.004]), unit="seeds")
-    assert rev.high < 0 and rev.p_less == pytest.approx(2 / 64)
+    # the reverse: the interval clears 0 but the test does not reach 0.025. The row stays inconclusive, and its
+    # reading says the two disagree instead of "does not separate from 0"
+    rev = _ev(-0.052, -0.101, -0.0033, 0.97, 0.031)
     for direction, test in (("less", "one-sided"), ("greater", "one-sided"), ("two-sided", "two-sided")):
         dec = Direction(direction=direction).decide(rev)
         assert dec.verdict == "inconclusive" and "does not separate" not in dec.reading, direction
         assert f"interval wholly below 0, but the {test} test" in dec.reading and "disagree" in dec.reading
-        assert "seeds" in dec.remedy
+        assert "documents" in dec.remedy
     wide = mean_effect(np.array([-0.3, 0.2, -0.1, 0.15, -0.2, 0.1]), unit="seeds")
     assert "does not separate from 0" in Direction(direction="less").decide(wide).reading
     # evidence without an interval is decided by its test alone
     bare = Evidence(estimate=-0.1, low=None, high=None, p_greater=1.0, p_less=0.01, unit="seeds", n=6,
                     method="test only", null=0.0, p_min=2.0 ** -6)
     assert Direction(direction="less").decide(bare).verdict == "supported"
+
+
+def _subset_means(d):
+    return sorted(np.mean(c) for r in range(1, len(d) + 1) for c in itertools.combinations(d, r))
+
+
+@pytest.mark.parametrize("n", [6, 7, 8, 10, 12])
+def test_exact_interval_is_the_set_of_means_the_sign_flip_test_keeps(n):
+    """The exact sign-flip interval (Hartigan 1969) inverts the exact test: a null lies below it exactly when
+    the one-sided test for "greater" rejects at 0.025, above it exactly when the test for "less" does, for
+    nulls just inside and just outside each end and anywhere in between. Below SMALL_N units it is the
+    interval every Evidence of a mean shows."""
+    rng = np.random.default_rng(n)
+    k = math.floor(2**n * 0.025)
+    for draw in range(4):
+        d = rng.standard_normal(n) if draw % 2 == 0 else np.round(rng.exponential(1.0, n) - 0.7, 1)  # ties
+        if d.std() == 0:
+            continue
+        lo, hi = sign_flip_interval(d)
+        m = _subset_means(d)
+        assert (lo, hi) == pytest.approx((m[k - 1], m[-k]), abs=1e-12)  # brute-force order statistics
+        eps = 1e-7 * (1 + np.abs(d).max())
+        for null in (lo - eps, lo + eps, hi - eps, hi + eps, (lo + hi) / 2, *rng.uniform(lo - 1, hi + 1, 8)):
+            ev = mean_effect(d, null=float(null), unit="seeds")
+            assert (lo > null) == (ev.p_greater <= 0.025), (n, draw, null)
+            assert (hi < null) == (ev.p_less <= 0.025), (n, draw, null)
+            if n >= SMALL_N:
+                assert ev.method.startswith("t-interval")
+                continue
+            assert (ev.low, ev.high) == pytest.approx((lo, hi), abs=1e-12) and ev.method.startswith("exact")
+            # so a row is never "supported" beside an interval that reaches its null, nor the reverse
+            for direction in ("greater", "less", "two-sided"):
+                assert "disagree" not in Direction(direction=direction, null=float(null)).decide(ev).reading
+
+
+def test_exact_interval_covers_at_its_level():
+    """Calibration of the interval itself: under a symmetric (here heavy-tailed) unit distribution the exact
+    interval covers the mean with probability 1 - 2k/2**n >= 95% (n = 8: 1 - 12/256 = 0.953)."""
+    rng = np.random.default_rng(1)
+    sims, n = 3000, 8
+    x = rng.standard_t(3, size=(sims, n)) + 0.4
+    covered = np.mean([lo <= 0.4 <= hi for lo, hi in (sign_flip_interval(row) for row in x)])
+    exact = 1 - 2 * math.floor(2**n * 0.025) / 2**n
+    se = math.sqrt(exact * (1 - exact) / sims)
+    assert abs(covered - exact) < 4 * se, (covered, exact)
+
+
+def test_exact_interval_bounds_and_fallbacks():
+    """Six units at 95%: k = 1, so the interval is the range of the units. Five or fewer: every mean is kept
+    (2**-5 > 0.025), no finite exact interval exists, and the Student-t interval is shown (the row cannot be
+    decided anyway); from SMALL_N units on the interval is Student-t (above 12 the test is Monte Carlo)."""
+    d = np.array([0.3, -0.1, 0.7, 0.2, -0.4, 1.1])
+    assert sign_flip_interval(d) == (-0.4, 1.1)
+    ev = mean_effect(d, unit="seeds")
+    assert (ev.low, ev.high) == (-0.4, 1.1) and ev.method.startswith("exact sign-flip interval")
+    assert sign_flip_interval(d[:5]) is None and sign_flip_interval(np.arange(13.0)) is None
+    assert mean_effect(d[:5], unit="seeds").method.startswith("t-interval")
+    for n in (SMALL_N, 20):
+        assert mean_effect(np.arange(float(n)), unit="seeds").method.startswith("t-interval")
+    # a tighter level needs more units: 98.3% (an anatomy look's spent level) needs 7
+    assert sign_flip_interval(d, level=1 - 0.05 / 3) is None and sign_flip_interval(np.arange(7.0), 1 - 0.05 / 3)
+    # unit_interval (the atlas's per-layer columns) uses the same interval over the per-unit means
+    groups = np.repeat(np.arange(6), 2)
+    values = np.repeat(d, 2) + np.tile([-0.01, 0.01], 6)
+    assert unit_interval(values, groups)[1:] == pytest.approx((-0.4, 1.1))

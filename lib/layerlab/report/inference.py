@@ -9,9 +9,17 @@ method follows the number of units (the book's verdict standard):
   correlation; **exact** (every flip / order enumerated) at small n, Monte Carlo above. Verdicts are
   taken on these p-values, so the smallest attainable p (``p_min``: ``2**-n`` for sign flips, ``1/n!``
   for a correlation) says when n units cannot support a claim at all (3 seeds: p >= 0.125);
-* the interval of a mean is the Student-t interval at every n; a correlation gets a percentile
-  bootstrap over units (Efron & Tibshirani 1993, ch. 13) when n >= :data:`SMALL_N` and no interval
-  below (a bootstrap of 4-7 points is degenerate; a Fisher interval is wrong at that n).
+* the interval of a mean below :data:`SMALL_N` units is the **exact sign-flip interval** wherever it is
+  finite (6 and 7 units at 95%): the values of the mean that the two one-sided exact sign-flip tests do
+  not reject, read off the ordered means of the 2**n - 1 non-empty subsets of units (Hartigan 1969, "Using
+  subsample values as typical values", *J. Amer. Statist. Assoc.* 64, 1303-1317:
+  :func:`sign_flip_interval`), so the shown interval and the test that decides a row cannot disagree. At
+  2-5 units every mean is inside the exact 95% interval (no finite one exists, and no row can be decided
+  whatever its interval), and from :data:`SMALL_N` units on, where the verdict standard no longer asks for
+  exact methods, it is the Student-t interval (a rare disagreement with the test is then read as such by
+  :class:`~layerlab.report.verdicts.Direction`). A correlation gets a percentile bootstrap over units
+  (Efron & Tibshirani 1993, ch. 13) when n >= :data:`SMALL_N` and no interval below (a bootstrap of 4-7
+  points is degenerate; a Fisher interval is wrong at that n).
 
 :func:`held_out_peak_drop` removes the winner's curse of "the loss falls after its peak": the peak
 depth is chosen on one half of the units and the drop is measured on the other half.
@@ -29,8 +37,8 @@ import numpy as np
 
 from layerlab.report.stats import as_numpy, resample_indices
 
-__all__ = ["SMALL_N", "Evidence", "correlation", "held_out_peak_drop", "holm", "mean_effect", "paired_difference",
-           "permutations_for_holm", "unit_interval", "unit_trends"]
+__all__ = ["SMALL_N", "Evidence", "correlation", "held_out_peak_drop", "holm", "mean_effect", "mean_interval",
+           "paired_difference", "permutations_for_holm", "sign_flip_interval", "unit_interval", "unit_trends"]
 
 SMALL_N = 8
 """Below this many units, tests are exact (enumerated) and no percentile bootstrap is used."""
@@ -91,11 +99,50 @@ def _t_interval(d: np.ndarray, level: float) -> tuple[float, float]:
     return m - float(half), m + float(half)
 
 
+def sign_flip_interval(d: Any, level: float = 0.95) -> tuple[float, float] | None:
+    """The exact confidence interval of the mean of ``d`` ([n] per-unit values) obtained by inverting the
+    sign-flip test (Hartigan 1969, *J. Amer. Statist. Assoc.* 64, 1303-1317: subset means as typical values),
+    or None where it has no finite bounds (fewer units than the level needs: 2**-n > (1 - level) / 2) or
+    n > 12 (the test is then Monte Carlo).
+
+    For a candidate mean m and the flipped set F of a sign pattern, the flipped mean of ``d - m`` is at least
+    the observed one exactly when mean_F(d) <= m, so the one-sided p-value of "mean > m" is
+    (1 + #{F non-empty: mean_F(d) <= m}) / 2**n. Each one-sided test at (1 - level) / 2 therefore rejects
+    exactly the m below the k-th smallest (above the k-th largest) of the 2**n - 1 subset means, k =
+    floor(2**n (1 - level) / 2): those order statistics are the interval, and it excludes a null exactly when
+    the test at that level rejects it (the :func:`mean_effect` p-values). Its coverage is at least
+    1 - 2k / 2**n >= level whenever each unit's value is symmetric about the mean."""
+    x = as_numpy(d).ravel()
+    n = x.size
+    k = math.floor(2**n * (1.0 - level) / 2) if n <= _EXACT_FLIPS else 0
+    if k < 1:
+        return None
+    bits = (np.arange(1, 2**n)[:, None] >> np.arange(n)[None]) & 1  # [2**n - 1, n], every non-empty subset
+    means = np.sort(bits @ x / bits.sum(1))
+    return float(means[k - 1]), float(means[-k])
+
+
+def mean_interval(d: Any, level: float = 0.95) -> tuple[float, float, str]:
+    """(low, high, name) of the mean of per-unit values ``d`` ([n], n >= 2): below :data:`SMALL_N` units the
+    exact sign-flip interval where it is finite (:func:`sign_flip_interval`), else the Student-t interval; a
+    point when the units do not vary. The interval :func:`mean_effect` shows."""
+    d = as_numpy(d).ravel()
+    m = float(d.mean())
+    if d.std() == 0:
+        return m, m, "no spread over units"
+    exact = sign_flip_interval(d, level) if d.size < SMALL_N else None
+    if exact is not None:
+        return exact[0], exact[1], "exact sign-flip interval"
+    lo, hi = _t_interval(d, level)
+    return lo, hi, "t-interval"
+
+
 def unit_interval(x: Any, groups: Any, *, level: float = 0.95) -> tuple[float, float, float]:
     """(estimate, low, high): the mean of the per-unit means of ``x`` ([n] values, ``groups`` [n] the unit of
-    each, e.g. its document) with the Student-t interval over units. The interval needs no resampling, so it
-    is valid at the few units (documents) where a percentile bootstrap is not (:data:`SMALL_N`); NaN values
-    are dropped, and with fewer than 2 units (or no spread) the interval is NaN (or zero-width)."""
+    each, e.g. its document) with the interval of :func:`mean_effect` over units (exact sign-flip at 6-7
+    units, Student-t otherwise). Neither resamples, so both are valid at the few units (documents) where a
+    percentile bootstrap is not (:data:`SMALL_N`); NaN values are dropped, and with fewer than 2 units (or
+    no spread) the interval is NaN (or zero-width)."""
     v, g = as_numpy(x).ravel(), np.asarray(groups).ravel()
     if v.shape != g.shape:
         raise ValueError(f"unit_interval: {v.size} values but {g.size} unit labels")
@@ -107,9 +154,7 @@ def unit_interval(x: Any, groups: Any, *, level: float = 0.95) -> tuple[float, f
     est = float(means.mean())
     if units.size < 2:
         return est, math.nan, math.nan
-    if means.std() == 0:
-        return est, est, est
-    lo, hi = _t_interval(means, level)
+    lo, hi, _ = mean_interval(means, level)
     return est, lo, hi
 
 
@@ -134,21 +179,19 @@ def _sign_flip_p(d: np.ndarray, rng: np.random.Generator, n_perm: int) -> tuple[
 def mean_effect(x: Any, *, null: float = 0.0, unit: str, n_boot: int = 2000, n_perm: int = 4000, seed: int = 0,
                 level: float = 0.95, bounds: tuple[float, float] | None = None) -> Evidence:
     """Evidence that the mean of per-unit values ``x`` ([n], one value per unit) differs from ``null``:
-    a sign-flip test of ``x - null`` (exact up to 12 units) and the Student-t interval of the mean.
-    ``n_boot`` is accepted for a uniform signature; a mean needs no bootstrap. ``bounds``: the range of
-    the per-unit values (e.g. (-1, 1) for correlations); the interval is clipped to it."""
+    a sign-flip test of ``x - null`` (exact up to 12 units) and :func:`mean_interval`: the interval of the
+    mean that inverts the test at 6-7 units (:func:`sign_flip_interval`), else the Student-t interval.
+    ``n_boot`` is accepted for a uniform signature; a mean needs no bootstrap. ``bounds``: the range of the
+    per-unit values (e.g. (-1, 1) for correlations); the interval is clipped to it."""
     del n_boot
     d = _units(x, "mean_effect") - null
     rng = np.random.default_rng(seed)
     p_g, p_l, p_min, how = _sign_flip_p(d, rng, n_perm)
-    if d.std() == 0:
-        lo = hi = float(d.mean())
-    else:
-        lo, hi = _t_interval(d, level)
+    lo, hi, interval = mean_interval(d, level)
     if bounds is not None:
         lo, hi = max(lo, bounds[0] - null), min(hi, bounds[1] - null)
     return Evidence(estimate=float(d.mean()) + null, low=lo + null, high=hi + null, p_greater=p_g, p_less=p_l,
-                    unit=unit, n=int(d.size), method=f"t-interval; {how}", null=null, p_min=p_min)
+                    unit=unit, n=int(d.size), method=f"{interval}; {how}", null=null, p_min=p_min)
 
 
 def paired_difference(a: Any, b: Any, *, unit: str, null: float = 0.0, **kw: Any) -> Evidence:

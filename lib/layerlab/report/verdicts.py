@@ -5,9 +5,10 @@ Rules (each one a frozen dataclass with a ``name`` that the claim table prints):
 
 * :class:`Direction` — "the effect is above (below) the null". *supported*: the one-sided
   permutation p-value in the claimed direction is <= alpha/2 (0.025: the two-sided 5% level) and the
-  shown interval lies on that side of the null (at small n a Student-t or bootstrap interval can still
-  reach the null when the exact test rejects: then the row is *inconclusive*, never "supported" beside
-  an interval containing the null); *contradicted*: the same in the opposite direction;
+  shown interval lies on that side of the null (a mean's interval at 6-7 units inverts the exact test, so
+  the two agree; elsewhere a Student-t or bootstrap interval can still reach the null when the test
+  rejects: then the row is *inconclusive*, never "supported" beside an interval containing the null);
+  *contradicted*: the same in the opposite direction;
   *not supported*: the interval lies inside the stated equivalence ``margin`` around the null; else
   *inconclusive* (lack of power is never "contradicted" nor "not supported").
   With ``direction="two-sided"`` the claim is "there is an effect, either way": *supported* when the
@@ -132,8 +133,9 @@ class Direction:
         return "greater" if ev.low > self.null else "less" if ev.high < self.null else None
 
     def _undecided(self, ev: Evidence, est: str, tail: str) -> Decision:
-        """Neither side rejected. If the shown interval still clears the null (Student-t beside an exact
-        sign-flip test at a few units), say that the two disagree, instead of a reading the interval contradicts."""
+        """Neither side rejected. If the shown interval still clears the null (an interval that is not the
+        test's own: Student-t beside a Monte-Carlo test, a bootstrap beside a permutation test), say that the two
+        disagree, instead of a reading the interval contradicts."""
         side = self._interval_side(ev)
         if side is None:
             return Decision(verdict="inconclusive", rule=self.name,

@@ -1,4 +1,4 @@
-"""The atlas's statistics: per-layer estimates with 95% t-intervals over documents (each document's mean
+"""The atlas's statistics: per-layer estimates with 95% intervals over documents (each document's mean
 first: :func:`layerlab.report.inference.unit_interval`; no percentile bootstrap over the few documents a cpu
 atlas reads), the agreement between lenses
 (Spearman over layers, permutation p, bootstrap CI, Holm over pairs) and the tiers (agglomerative
@@ -52,7 +52,8 @@ def _row(layer: int, lens: str, est: float, low: float | None = None, high: floa
 def layer_table(p: Mapping[str, np.ndarray], layers: list[int], docs: np.ndarray, member_docs: np.ndarray | None,
                 jac_docs: np.ndarray) -> pd.DataFrame:
     """Long table (layer, lens, family, estimate, low, high): the mean over documents of each document's
-    mean with its 95% t-interval over documents (:func:`layerlab.report.inference.unit_interval`);
+    mean with its 95% interval over documents (:func:`layerlab.report.inference.unit_interval`: exact
+    sign-flip at 6-7 documents, Student-t otherwise);
     ablations are the paired per-window ΔNLL (ablated − clean NLL on the same window)."""
     rows = []
     has_members = "member_bias" in p  # absent where the members are undefined (measure.members_defined)

@@ -35,7 +35,7 @@ import numpy as np
 import layerlab.chapters.diversity.analysis as da
 from layerlab.metrics import diversity as dv
 from layerlab.metrics import infotheory as it
-from layerlab.report.inference import Evidence, held_out_peak_drop, mean_effect
+from layerlab.report.inference import Evidence, held_out_peak_drop, mean_effect, mean_interval
 from layerlab.report.resampled import (
     bootstrap_evidence,
     curve_partial_correlation,
@@ -61,7 +61,7 @@ def largest_fall(curves: np.ndarray, *, unit: str, seed: int = 0) -> Evidence:
     """Evidence for "no fall of the claimed size" (D6 / D10's equivalence side), on all units.
 
     curves: [n_units, n_depths]. For every depth k before full depth, the per-unit fall
-    ``curve[k] - curve[-1]`` has a mean and a 95% t-interval (:func:`mean_effect`); the depth whose upper
+    ``curve[k] - curve[-1]`` has a mean and a 95% interval (:func:`mean_effect`); the depth whose upper
     bound is largest is returned. "Every depth's fall lies below the margin" is an intersection-union
     test (Berger 1982: each depth at the one-sided 2.5% level, no multiplicity correction needed), and it
     holds iff this interval's upper end lies below the margin. Nothing is chosen on the estimate being
@@ -69,12 +69,9 @@ def largest_fall(curves: np.ndarray, *, unit: str, seed: int = 0) -> Evidence:
     c = np.asarray(curves, dtype=np.float64)
     if c.ndim != 2 or c.shape[0] < 2 or c.shape[1] < 2:
         raise ValueError(f"largest_fall needs curves [n_units >= 2, n_depths >= 2], got shape {c.shape}")
-    from scipy.stats import t
-
     falls = c[:, :-1] - c[:, -1:]  # [n_units, n_depths - 1]
-    n = falls.shape[0]
-    # every depth's t-interval upper end (as mean_effect computes it); only the chosen depth needs its test
-    high = falls.mean(0) + t.ppf(0.975, n - 1) * falls.std(0, ddof=1) / np.sqrt(n)
+    # every depth's interval upper end (the one mean_effect shows); only the chosen depth needs its test
+    high = [mean_interval(falls[:, j])[1] for j in range(falls.shape[1])]
     k = int(np.argmax(high))
     ev = mean_effect(falls[:, k], unit=unit, seed=seed, n_perm=1000)
     return dataclasses.replace(ev, unit=f"{unit} (all; the largest fall, from depth {k} to full depth)")

@@ -4,7 +4,7 @@ reduction"; spec anatomy.md sections 4.7, 5 "A11-A13" and 6 "GTT ledger").
 
 The unit is the training seed: runs of one seed share the initial weights and the batch order, so each
 claim is one statistic per seed (a difference of two arms of that seed) tested over seeds with the
-engine (:func:`layerlab.report.inference.paired_difference`: exact sign-flip test, t-interval). The
+engine (:func:`layerlab.report.inference.paired_difference`: exact sign-flip test, its inverted interval). The
 held-out NLL of a run is the mean over held-out documents of each document's mean window NLL (every
 document weighs the same). Input: the comparison of :func:`layerlab.chapters.growth.run.run_comparison`
 (``{"runs": [...], "val_doc": [...]}``).

@@ -3,7 +3,7 @@ A11-A13 of spec anatomy.md).
 
 Every row is one statistic per training seed (arms of a seed share initial weights and batch order),
 tested over seeds with the engine: :func:`layerlab.report.inference.paired_difference` /
-:func:`~layerlab.report.inference.mean_effect` (exact sign-flip test, t-interval) decided by a named
+:func:`~layerlab.report.inference.mean_effect` (exact sign-flip test and its inverted interval) decided by a named
 :class:`layerlab.report.verdicts.Direction` rule. Loss claims: ΔNLL (nats) below 0, "not supported"
 when the interval lies within ±:data:`MIN_EFFECT`. Size claims ("13% faster", "~54% cost reduction"):
 the saving must exceed :data:`CLAIM_FRACTION` of the claimed size, so a positive saving that frozen

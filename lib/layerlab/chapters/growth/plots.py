@@ -85,7 +85,8 @@ def fig_importance(result: GrowthResult):
 
 def fig_seeds(result: GrowthResult, rows=None):
     """Per-seed statistic of each loss claim (dots; one colour per seed) with the mean and its 95%
-    t-interval (bar), against 0 (no difference). ``rows``: the claim rows (default: ``claims(result)``)."""
+    interval from the claim row (bar), against 0 (no difference). ``rows``: the claim rows (default:
+    ``claims(result)``)."""
     if rows is None:
         from layerlab.chapters.growth.claims import claims
 

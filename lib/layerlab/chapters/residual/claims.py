@@ -8,7 +8,8 @@ nats; R5 training vs the random-init twin; R6 the growth of pre-LN residual norm
 Every empirical row is tested over **documents** (windows cut from one document share its text):
 one statistic per document (a Spearman rho of the document's mean curve against depth, a drop, a
 paired loss gap), then :func:`layerlab.report.inference.mean_effect` (exact sign-flip test below
-13 documents, Student-t interval) and the :class:`layerlab.report.verdicts.Direction` rule. With
+13 documents; the interval that inverts it at 6-7 documents, Student-t from 8) and the
+:class:`layerlab.report.verdicts.Direction` rule. With
 fewer than 6 documents no exact test can reach p <= 0.025, and the rows say "inconclusive" with that
 reason. The earlier perplexity sanity row (a reference value of "about 34" with no source) is gone:
 the chapter reports the number and its interval, without a verdict.
