@@ -14,9 +14,15 @@ computation in every variant, so they are timed once and added):
   part of the atlas that no sharing can remove: ``separate`` / ``sweeps`` bounds the speed-up of any exact
   sharing of passes (the issue's goal of 2x is above that bound when the sweeps dominate).
 
-Rounds are interleaved (``_timing.interleaved``: shared, separate, naive, sweeps, ...), the per-round
-ratios' median is printed with its spread, and the outputs of ``shared`` and of the metric-by-metric path
-are checked bit-identical first.
+Rounds are interleaved (``_timing.interleaved``: shared, separate, naive, sweeps, GEMM probe, ...), the
+per-round ratios' median is printed with its spread, and the outputs of ``shared`` and of the metric-by-metric
+path are checked bit-identical first.
+
+The last line bounds *any* exact design, batching included: the sweeps' matmul FLOPs (counted by
+``torch.utils.flop_counter`` on what actually ran) divided by the fp32 GEMM peak of this machine
+(``_timing.GemmPeak``, probed in the same rounds) is the least time those FLOPs can take. An exact design
+computes every ablated suffix (each is a different function of the weights), so even a shared atlas whose
+sweeps ran at the GEMM peak could beat ``separate`` by at most separate / (shared - sweeps + FLOPs / peak).
 
     python bench/bench_atlas.py                  # SmolLM2-135M (offline), 2 windows of 128 tokens
     python bench/bench_atlas.py --quick          # tiny-llama (12 layers), 2 windows of 64, 2 rounds
@@ -26,12 +32,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import _timing as tm  # noqa: E402
 import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from layerlab.chapters.atlas import measure  # noqa: E402
 from layerlab.core.arch import view  # noqa: E402
@@ -86,15 +94,23 @@ def main() -> None:
     measure.jacobian_piece(model, ids[0], T - 1, layers, k=10)
     measure.weight_piece(model)
     fixed = time.perf_counter() - t0
+    def sweeps() -> None:
+        ablation.evaluate_interventions(model, ids, ablation.sweep_interventions(model, measure.OPS, layers),
+                                        batch_size=ids.shape[0])
+
+    peak = tm.gemm_peak(tm.own_shapes(model, ids.numel()))
     fns = {
         "shared": lambda: measure.batch_pieces(model, ids, layers, lens_pos=lp, member_pos=mp, member_chunk=4),
         "separate": lambda: separate(model, ids, layers, lp, mp, prefix_cache=True),
         "naive": lambda: separate(model, ids, layers, lp, mp, prefix_cache=False),
-        "sweeps": lambda: ablation.evaluate_interventions(model, ids, ablation.sweep_interventions(
-            model, measure.OPS, layers), batch_size=ids.shape[0]),
+        "sweeps": sweeps,
+        "gemm": peak,
     }
     with torch.no_grad():
         times = tm.interleaved(fns, rounds=rounds, warmup=1)
+        with FlopCounterMode(display=False) as counter:
+            sweeps()
+    del times["gemm"]
     for k, ts in times.items():
         print(f"  {k:9s} {tm.spread(ts)}")
     print(f"  Jacobians (1 sample) + weights, the same in every variant: {fixed:.3f} s")
@@ -107,6 +123,14 @@ def main() -> None:
     bound = tm.pair_ratio(times["separate"], times["sweeps"])[0]
     print(f"the ablation sweeps alone are {100 * share:.0f}% of the shared time: no exact sharing of passes can beat "
           f"separate / sweeps = {bound:.2f}x over separate")
+    flops, (rate, _) = counter.get_total_flops(), peak.peak()
+    med = {k: statistics.median(ts) for k, ts in times.items()}
+    floor = flops / rate / 1e9
+    print(f"the sweeps' matmuls: {flops / 1e12:.2f} TFLOP at {flops / med['sweeps'] / 1e9:.1f} GFLOP/s, "
+          f"{flops / med['sweeps'] / 1e9 / rate:.0%} of this machine's {peak.describe()}")
+    best = med["separate"] / (med["shared"] - med["sweeps"] + floor)
+    print(f"even with the sweeps at that peak (batched, fused or otherwise; no exact design can skip their FLOPs), "
+          f"the shared atlas could beat separate by at most {best:.2f}x (goal >= 2x)")
 
 
 if __name__ == "__main__":
