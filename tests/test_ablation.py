@@ -210,3 +210,29 @@ def test_bad_inputs_give_clear_errors():
             pass
     with pytest.raises(ValueError, match="base must be 0 or 1"):
         A.paper_layers([1], 2)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "olmo"])
+def test_every_full_forward_runs_without_a_kv_cache(family):
+    """The engine's clean and naive passes, its mean contributions and the perplexity pass call the model with
+    ``use_cache=False``, as ``run_with_capture`` does. With a cache, GPT-2 and OLMo take another attention path
+    whose floats differ by an ulp on some CPUs (an AVX2 AMD EPYC, 2026-12-06), which broke the atlas's
+    "shared pass == separate passes, bit for bit" there; this pins the one code path on every CPU."""
+    from layerlab.metrics.perplexity import token_nll
+
+    m = tiny_model(family, num_hidden_layers=2)
+    seen: list[object] = []
+    forward = m.forward
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("use_cache", "default"))
+        return forward(*args, **kwargs)
+
+    m.forward = spy
+    ids = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(0))
+    ivs = A.sweep_interventions(m, ["skip"], [0, 1])
+    for prefix_cache in (True, False):
+        A.evaluate_interventions(m, ids, ivs, batch_size=2, prefix_cache=prefix_cache, geometry=True)
+    A.mean_contributions(m, ids, batch_size=2)
+    token_nll(m, ids, batch_size=2)
+    assert len(seen) >= 6 and all(v is False for v in seen), seen

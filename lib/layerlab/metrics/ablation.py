@@ -164,7 +164,7 @@ def mean_contributions(model: torch.nn.Module, input_ids: Tensor, *, batch_size:
     for i in range(0, input_ids.shape[0], batch_size):
         ids = input_ids[i:i + batch_size].to(device)  # [B, T] on the model's device
         with capture(model, points=("block_in", "block_out")) as cap:
-            model(ids)
+            model(input_ids=ids, use_cache=False)
         diff = (cap["block_out"] - cap["block_in"]).to(torch.float64)  # [L, B, T, d]
         s = diff.sum(dim=(1, 2))
         total = s if total is None else total + s
@@ -285,7 +285,7 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
     for i in range(0, input_ids.shape[0], batch_size):
         ids = input_ids[i:i + batch_size].to(device)  # [B, T]
         with capture(model, points=("block_in", "block_out", *points)) as cap:
-            logits = model(ids).logits
+            logits = model(input_ids=ids, use_cache=False).logits
         nll_fn = _token_nll if _token_level else window_nll
         base.append(nll_fn(logits, ids).cpu())
         if on_batch is not None:
@@ -303,7 +303,7 @@ def evaluate_interventions(model: torch.nn.Module, input_ids: Tensor, interventi
                 if prefix_cache:
                     lg = arch.suffix_forward(model, block_in[iv.start], iv.start)
                 else:
-                    lg = model(ids).logits
+                    lg = model(input_ids=ids, use_cache=False).logits
             out[iv.name].append(nll_fn(lg, ids).cpu())
     res = EvalResult(base=torch.cat(base).numpy(), nll={n: torch.cat(v).numpy() for n, v in out.items()},
                      n_tokens=int(input_ids.shape[0] * (input_ids.shape[1] - 1)),

@@ -48,7 +48,7 @@ def token_nll(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 8, *,
     starts = range(0, input_ids.shape[0], batch_size)
     for s in tqdm(starts, desc=desc, disable=None if progress is None else not progress, leave=False):
         ids = input_ids[s:s + batch_size].to(device)  # [b, T]
-        logits = model(ids).logits[:, :-1]  # [b, T-1, V]
+        logits = model(input_ids=ids, use_cache=False).logits[:, :-1]  # [b, T-1, V]
         work = torch.float64 if logits.dtype == torch.float64 else torch.float32
         nll = F.cross_entropy(logits.to(work).flatten(0, 1), ids[:, 1:].flatten(), reduction="none")
         out[s:s + batch_size] = nll.view(ids.shape[0], -1).double().cpu()

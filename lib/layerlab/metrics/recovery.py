@@ -209,7 +209,7 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
                             tr_prefix[key] = _prefix(model, ids, layer, batch_size)[0]
                         logits = arch.suffix_forward(model, tr_prefix[key], start)
                     else:
-                        logits = model(ids).logits
+                        logits = model(input_ids=ids, use_cache=False).logits
                     loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                                              ids[:, 1:].reshape(-1))
                     opt.zero_grad(set_to_none=True)
