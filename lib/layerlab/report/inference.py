@@ -99,6 +99,11 @@ def _t_interval(d: np.ndarray, level: float) -> tuple[float, float]:
     return m - float(half), m + float(half)
 
 
+def _flip_patterns(n: int) -> np.ndarray:
+    """[2**n, n] 0/1: row i flips the units whose bit is set in i (row 0 flips none)."""
+    return (np.arange(2**n)[:, None] >> np.arange(n)[None]) & 1
+
+
 def sign_flip_interval(d: Any, level: float = 0.95) -> tuple[float, float] | None:
     """The exact confidence interval of the mean of ``d`` ([n] per-unit values) obtained by inverting the
     sign-flip test (Hartigan 1969, *J. Amer. Statist. Assoc.* 64, 1303-1317: subset means as typical values),
@@ -117,7 +122,7 @@ def sign_flip_interval(d: Any, level: float = 0.95) -> tuple[float, float] | Non
     k = math.floor(2**n * (1.0 - level) / 2) if n <= _EXACT_FLIPS else 0
     if k < 1:
         return None
-    bits = (np.arange(1, 2**n)[:, None] >> np.arange(n)[None]) & 1  # [2**n - 1, n], every non-empty subset
+    bits = _flip_patterns(n)[1:]  # [2**n - 1, n], every non-empty subset
     means = np.sort(bits @ x / bits.sum(1))
     return float(means[k - 1]), float(means[-k])
 
@@ -164,8 +169,7 @@ def _sign_flip_p(d: np.ndarray, rng: np.random.Generator, n_perm: int) -> tuple[
     n = d.size
     obs = d.mean()
     if n <= _EXACT_FLIPS:
-        bits = (np.arange(2**n)[:, None] >> np.arange(n)[None]) & 1
-        signs = 1.0 - 2.0 * bits  # [2**n, n], every pattern once
+        signs = 1.0 - 2.0 * _flip_patterns(n)  # [2**n, n], every pattern once
         stats_ = signs @ d / n
         eps = 1e-12 * max(1.0, float(np.abs(d).max()))
         return (float((stats_ >= obs - eps).mean()), float((stats_ <= obs + eps).mean()), 2.0**-n,
