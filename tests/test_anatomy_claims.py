@@ -17,6 +17,14 @@ COMPS = ["q", "k", "v", "o", "gate", "up", "down"]
 RNG = np.random.default_rng(0)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rng():
+    """Every test draws from a fresh RNG: its data do not depend on which tests ran before it (``-k``,
+    another order, another worker)."""
+    global RNG
+    RNG = np.random.default_rng(0)
+
+
 def _delta(values) -> pd.DataFrame:
     return pd.DataFrame({"component": COMPS, "delta_corr": values})
 
@@ -137,7 +145,9 @@ def test_h1_chosen_on_sentences_measured_on_documents():
     sent = _prof({0: (0.01, 0, 0.02), 1: (2.0, 1.9, 2.1)}, protocol="sentences", n=10)
     first = {"neighbour_avg@0": list(RNG.normal(0.0, 0.01, 8)), "neighbour_avg@1": list(RNG.normal(2.0, 0.1, 8))}
     assert rules.h1_claim(sent, first).verdict == "supported"
-    flat = {"neighbour_avg@0": list(RNG.normal(0.0, 0.001, 8)), "neighbour_avg@1": list(RNG.normal(0, 0.001, 8))}
+    # Flat on the documents: the paired differences are +-0.001 in equal numbers (mean exactly 0).
+    base = np.linspace(-0.002, 0.002, 8)
+    flat = {"neighbour_avg@0": list(base), "neighbour_avg@1": list(base + 0.001 * np.tile([1.0, -1.0], 4))}
     assert rules.h1_claim(sent, flat).verdict == "not supported"
     assert rules.h1_claim(sent.iloc[:0], first).verdict == "inconclusive"
 
