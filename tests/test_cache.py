@@ -24,6 +24,36 @@ def test_cached_json_computes_once():
     assert len(calls) == 2
 
 
+_RACER = """
+import os, sys, time
+from layerlab.core import cache
+def compute():
+    with open(os.environ["RACE_LOG"], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    time.sleep(1.5)  # long enough that the other process asks while this one computes
+    return {"by": os.getpid()}
+sys.stdout.write(str(cache.cached_json("race", {"k": 1}, compute, sources="layerlab.core.cache")["by"]))
+"""
+
+
+def test_two_processes_wanting_one_entry_compute_it_once(tmp_path):
+    """The second process waits on the entry's lock and reads what the first wrote (both return the
+    first one's value); the lock file is hidden from ``cache info``."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, LAYERLAB_CACHE=str(tmp_path), RACE_LOG=str(tmp_path / "computed"))
+    procs = [subprocess.Popen([sys.executable, "-c", _RACER], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    computed = (tmp_path / "computed").read_text().split()
+    assert len(computed) == 1 and outs == [computed[0]] * 2
+    assert [e.kind for e in cache.entries(tmp_path)] == ["race"]
+    assert any(p.name.endswith(".lock") for p in (tmp_path / "race").iterdir())
+
+
 def test_cached_tensors_roundtrip_and_corrupt_entry_recomputed(tmp_path):
     x = {"w": torch.arange(6.0).reshape(2, 3)}
     out = cache.cached_tensors("t", {"k": 1}, lambda: x)

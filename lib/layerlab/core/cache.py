@@ -4,7 +4,9 @@ families, chapter results), keyed by the inputs **and the source code that compu
 Layout: ``cache_dir()/<kind>/<digest>.{json,safetensors}`` (or a directory ``<kind>/<name>/`` with an
 ``entry.json``). ``LAYERLAB_CACHE`` overrides the location (default: the user cache dir, e.g.
 ``~/.cache/layerlab``). Every write goes to a temporary file in the same directory and is renamed
-into place, so an interrupted run never leaves a half-written entry. Tensors are stored as
+into place, so an interrupted run never leaves a half-written entry; a missing entry is computed under a
+cross-process lock (:func:`entry_lock`), so two processes that want it at once (two notebooks, two test
+workers) compute it once and the second reads what the first wrote. Tensors are stored as
 safetensors, everything else as JSON: nothing is ever unpickled.
 
 One keying mechanism: :func:`cached`, :func:`cached_json` and :func:`cached_tensors` fold into every
@@ -87,6 +89,20 @@ def atomic_write(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+@contextlib.contextmanager
+def entry_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold the cross-process lock of the cache entry at ``path`` (file or directory): a hidden
+    ``.<name>.lock`` beside it, which ``cache info`` and ``cache prune`` skip. A caller re-checks the
+    entry inside the lock before computing it. Entries must not depend on themselves (no deadlock
+    between processes: an entry's computation only ever waits for other entries)."""
+    from filelock import FileLock
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path.parent / f".{path.name}.lock")):
+        yield
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -205,21 +221,18 @@ def _key_text(key: Any) -> str:
     return json.dumps(key, default=str)[:4000]
 
 
-def _cached(kind: str, key: Any, compute: Callable[[], Any], codec: str,
-            sources: str | Iterable[str] | None) -> Any:
-    base, meta = _entry(kind, key, sources)
-    js, st = base.with_suffix(".json"), base.with_suffix(".safetensors")
+_MISS = object()
+
+
+def _read(js: Path, st: Path, codec: str) -> Any:
+    """The stored value of an entry, or ``_MISS`` (absent, or corrupt: then it is removed, to be recomputed)."""
     if codec == "tensors":
         if st.exists():
             try:
                 return load_file(str(st))
             except Exception:  # a corrupt entry: recompute and overwrite
-                st.unlink()
-        out = compute()
-        tensors = {k: v.detach().cpu().contiguous() for k, v in out.items()}
-        with atomic_write(st) as tmp:
-            save_file(tensors, str(tmp), metadata={"layerlab": json.dumps(meta), "key": _key_text(key)})
-        return tensors
+                st.unlink(missing_ok=True)
+        return _MISS
     if js.exists():
         try:
             entry = json.loads(js.read_text())
@@ -227,13 +240,30 @@ def _cached(kind: str, key: Any, compute: Callable[[], Any], codec: str,
             return entry["value"] if codec == "json" else _decode(entry["value"], tensors)
         except Exception:  # a corrupt or half-deleted entry: recompute and overwrite
             js.unlink(missing_ok=True)
-    value = compute()
-    tensors: dict[str, torch.Tensor] = {}
-    enc = value if codec == "json" else _encode(value, tensors)
-    if tensors:  # tensors first: the JSON file is what marks the entry complete
-        with atomic_write(st) as tmp:
-            save_file(tensors, str(tmp), metadata={"layerlab": json.dumps(meta)})
-    write_json(js, {**meta, "key": key, "tensors": bool(tensors), "value": enc})
+    return _MISS
+
+
+def _cached(kind: str, key: Any, compute: Callable[[], Any], codec: str,
+            sources: str | Iterable[str] | None) -> Any:
+    base, meta = _entry(kind, key, sources)
+    js, st = base.with_suffix(".json"), base.with_suffix(".safetensors")
+    if (hit := _read(js, st, codec)) is not _MISS:
+        return hit
+    with entry_lock(base):
+        if (hit := _read(js, st, codec)) is not _MISS:  # another process computed it while we waited
+            return hit
+        value = compute()
+        if codec == "tensors":
+            tensors = {k: v.detach().cpu().contiguous() for k, v in value.items()}
+            with atomic_write(st) as tmp:
+                save_file(tensors, str(tmp), metadata={"layerlab": json.dumps(meta), "key": _key_text(key)})
+            return tensors
+        tensors: dict[str, torch.Tensor] = {}
+        enc = value if codec == "json" else _encode(value, tensors)
+        if tensors:  # tensors first: the JSON file is what marks the entry complete
+            with atomic_write(st) as tmp:
+                save_file(tensors, str(tmp), metadata={"layerlab": json.dumps(meta)})
+        write_json(js, {**meta, "key": key, "tensors": bool(tensors), "value": enc})
     entry = json.loads(js.read_text())
     return entry["value"] if codec == "json" else _decode(entry["value"], tensors)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from layerlab.core.cache import entry_dir, fingerprint, is_complete, mark_complete, source_fingerprint
+from layerlab.core.cache import entry_dir, entry_lock, fingerprint, is_complete, mark_complete, source_fingerprint
 from layerlab.core.labels import MODEL_LABELS, model_label  # noqa: F401  (re-exported)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -332,8 +332,10 @@ def smollm2_dir() -> Path:
     gguf = smollm2_gguf_path()
     out = entry_dir("models", "smollm2-135m-instruct-q4_1", {"gguf": _file_digest(gguf)})
     if not is_complete(out):
-        convert_gguf(gguf, out)
-        mark_complete(out)
+        with entry_lock(out):  # a second process converting at once waits, then finds it complete
+            if not is_complete(out):
+                convert_gguf(gguf, out)
+                mark_complete(out)
     return out
 
 

@@ -27,6 +27,7 @@ live under ``cache_dir()/family/<profile>-<key>/`` as safetensors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -35,7 +36,7 @@ from pathlib import Path
 import torch
 
 from layerlab.core import profiles
-from layerlab.core.cache import cached_tensors, entry_dir, fingerprint, mark_complete, write_json
+from layerlab.core.cache import cached_tensors, entry_dir, entry_lock, fingerprint, mark_complete, write_json
 from layerlab.data.fetch import data_fingerprint
 from layerlab.training.train import (
     ModelSpec,
@@ -256,30 +257,17 @@ def get_family(profile: str, *, progress: bool = False, train_missing: bool = Tr
     tok = family_tokenizer(profile)
     root = entry_dir("family", profile,
                      {"preset": asdict(preset), "vocab": tok.get_vocab(), "data": data_fingerprint()})
-    missing = [ms for ms in preset.members if not (root / ms.name / "result.json").exists()]
+    missing = _missing(preset, root)
     if missing and not train_missing:
         raise FileNotFoundError(
             f"{len(missing)} member(s) of the {profile} family are not trained yet (e.g. {missing[0].name}): "
             f"call get_family({profile!r}) to train them"
         )
     if missing:
-        _windows(tok, "train", preset)  # tokenise once, before the workers start
-        _windows(tok, "validation", preset)
-        workers = default_workers() if workers is None else workers
-        if workers <= 1 or len(missing) == 1:
-            for ms in missing:
-                _train_one(profile, ms, root, progress)
-        else:
-            import concurrent.futures as cf
-            import multiprocessing as mp
-
-            # longest first (cost ~ depth x width x steps): the makespan of 2 workers is then near total / 2
-            order = sorted(missing, key=lambda ms: -ms.depth * ms.width * ms.steps)
-            with cf.ProcessPoolExecutor(min(workers, len(missing)), mp_context=mp.get_context("spawn")) as ex:
-                for fut in [ex.submit(_train_one, profile, ms, root, False, 1) for ms in order]:
-                    fut.result()
-        if _rank_world()[1] > 1:  # under torchrun, wait until rank 0 has written every result
-            torch.distributed.barrier()
+        # Another process training this family at once: wait, then train what it left. (Not under torchrun,
+        # whose ranks train each member together, meeting at barriers.)
+        with entry_lock(root) if _rank_world()[1] == 1 else contextlib.nullcontext():
+            _train_missing(profile, preset, tok, root, _missing(preset, root), progress, workers)
     members = []
     for ms in preset.members:
         res = json.loads((root / ms.name / "result.json").read_text())
@@ -292,6 +280,34 @@ def get_family(profile: str, *, progress: bool = False, train_missing: bool = Tr
         ))
     mark_complete(root)
     return Family(members, profile=profile, preset=preset, tokenizer=tok, root=root)
+
+
+def _missing(preset: FamilyPreset, root: Path) -> list[MemberSpec]:
+    return [ms for ms in preset.members if not (root / ms.name / "result.json").exists()]
+
+
+def _train_missing(profile: str, preset: FamilyPreset, tok, root: Path, missing: list[MemberSpec],
+                   progress: bool, workers: int | None) -> None:
+    """Train ``missing`` members into ``root`` (serially, or in ``workers`` single-threaded processes)."""
+    if not missing:
+        return
+    _windows(tok, "train", preset)  # tokenise once, before the workers start
+    _windows(tok, "validation", preset)
+    workers = default_workers() if workers is None else workers
+    if workers <= 1 or len(missing) == 1:
+        for ms in missing:
+            _train_one(profile, ms, root, progress)
+    else:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        # longest first (cost ~ depth x width x steps): the makespan of 2 workers is then near total / 2
+        order = sorted(missing, key=lambda ms: -ms.depth * ms.width * ms.steps)
+        with cf.ProcessPoolExecutor(min(workers, len(missing)), mp_context=mp.get_context("spawn")) as ex:
+            for fut in [ex.submit(_train_one, profile, ms, root, False, 1) for ms in order]:
+                fut.result()
+    if _rank_world()[1] > 1:  # under torchrun, wait until rank 0 has written every result
+        torch.distributed.barrier()
 
 
 def _train_one(profile: str, ms: MemberSpec, root: Path, progress: bool, threads: int | None = None) -> str:
