@@ -10,6 +10,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.layerlab-installed
 PYTEST_ARGS ?=
+# Test workers (pytest-xdist): each takes whole test files, and one takes every test of the built book
+# (tests/conftest.py); PYTEST_WORKERS=0 runs the suite in this process.
+PYTEST_WORKERS ?= 2
+PYTEST_XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS))
 BENCH_ARGS ?=
 
 # Quiet, offline builds: the smoke and cpu profiles never contact the hub; the gpu profile loads
@@ -53,7 +57,8 @@ lint: $(STAMP)
 test: data
 	@status=0; \
 	echo "$(PY) -m ruff check $(LINT_DIRS)"; $(PY) -m ruff check $(LINT_DIRS) || status=1; \
-	echo "$(PY) -m pytest -q -rs $(PYTEST_ARGS)"; $(PY) -m pytest -q -rs $(PYTEST_ARGS) || status=1; \
+	echo "$(PY) -m pytest -q -rs $(PYTEST_XDIST) $(PYTEST_ARGS)"; \
+	$(PY) -m pytest -q -rs $(PYTEST_XDIST) $(PYTEST_ARGS) || status=1; \
 	exit $$status
 
 # Progress lines go to stderr (QUIET=1 silences them); STRICT=1 fails on a warning or machine path in a page.
