@@ -16,7 +16,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 # ----------------------------------------------------------------------------- parallel runs (pytest-xdist)
-BOOK_TESTS = frozenset({"test_book", "test_browser", "test_notebooks", "test_prose", "test_publish", "test_teach"})
+BOOK_TESTS = frozenset({"test_book", "test_browser", "test_notebooks", "test_prose", "test_publish"})
 """Test files that share this session's smoke-executed notebooks and smoke book (tests/_buildbook.py,
 tests/_smokebook.py): under ``pytest -n 2`` (``make test``) they run in one worker, so each notebook is
 executed and the book built once."""

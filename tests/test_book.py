@@ -5,6 +5,8 @@ the whole book with Jupyter Book (warnings are errors)."""
 
 from __future__ import annotations
 
+import re
+
 import nbformat
 import pytest
 import yaml
@@ -327,3 +329,17 @@ def test_family_log_line_is_the_cli_summary_not_a_table_row():
            "   axis  member_a  member_b\n15     lr       d4-w64-t1024   0.003    0.010\n")
     assert bb.family_summary(out) == "21 members; elapsed 5 s; summed member training time 2860 s wall, 2800 s CPU"
     assert bb.family_summary("only line\n") == "only line" and bb.family_summary("") == ""
+
+
+def test_every_test_file_reading_the_smoke_book_runs_in_the_book_worker():
+    """The test files that use this session's smoke-executed notebooks or smoke book are conftest's
+    BOOK_TESTS: under ``make test``'s two workers they run in one, and the notebooks are executed once
+    (a file left out would execute them again in the other worker; a file put in without need would
+    lengthen the book worker, the longest)."""
+    from conftest import BOOK_TESTS, scope_of
+
+    users = {p.stem for p in (ROOT / "tests").glob("test_*.py")
+             if re.search(r"\b(smoke_executed_dir|smoke_book)\(", p.read_text())}
+    assert users == BOOK_TESTS, sorted(users ^ BOOK_TESTS)
+    assert {scope_of(f"tests/{stem}.py::t") for stem in BOOK_TESTS} == {"book"}
+    assert scope_of("tests/test_cache.py::t[x]") == "tests/test_cache.py"
