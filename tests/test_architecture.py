@@ -182,12 +182,15 @@ def test_cache_info_and_prune(tmp_path, monkeypatch):
     stale.write_text('{"module": "layerlab.metrics.ablation", "source": "0000", "value": 1}')
     legacy = tmp_path / "old" / "legacy.safetensors"
     legacy.write_bytes(b"not a safetensors file")
+    (tmp_path / "old" / ".abc.lock").write_text("")  # the entry_lock file it was computed under
     es = cache.entries()
     assert {e.kind for e in es} == {"fresh", "fresh-t", "fresh-v", "dirs", "old"}
     assert {e.path.name for e in es if not e.current} == {"abc.json", "legacy.safetensors"}
     assert len(cache.prune(dry_run=True)) == 2 and stale.exists()
     removed = cache.prune()
     assert {e.path.name for e in removed} == {"abc.json", "legacy.safetensors"} and not stale.exists()
+    assert not (tmp_path / "old" / ".abc.lock").exists()  # the stale entry's lock goes with it
+    assert (tmp_path / "fresh" / f".{next((tmp_path / 'fresh').glob('*.json')).stem}.lock").exists()
     assert all(e.current for e in cache.entries()) and (tmp_path / "data" / "catalog.json").exists()
 
 

@@ -380,8 +380,11 @@ def prune(root: Path | None = None, *, dry_run: bool = False) -> list[Entry]:
         for e in stale:
             if e.path.is_dir():
                 shutil.rmtree(e.path, ignore_errors=True)
+                lock = e.path.parent / f".{e.path.name}.lock"
             else:
                 e.path.unlink(missing_ok=True)
                 if e.path.suffix == ".json":
                     e.path.with_suffix(".safetensors").unlink(missing_ok=True)
+                lock = e.path.parent / f".{e.path.stem}.lock"
+            lock.unlink(missing_ok=True)  # its entry_lock file, if it was computed under one
     return stale
