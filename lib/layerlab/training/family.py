@@ -27,7 +27,6 @@ live under ``cache_dir()/family/<profile>-<key>/`` as safetensors.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -263,10 +262,10 @@ def get_family(profile: str, *, progress: bool = False, train_missing: bool = Tr
             f"{len(missing)} member(s) of the {profile} family are not trained yet (e.g. {missing[0].name}): "
             f"call get_family({profile!r}) to train them"
         )
-    if missing:
-        # Another process training this family at once: wait, then train what it left. (Not under torchrun,
-        # whose ranks train each member together, meeting at barriers.)
-        with entry_lock(root) if _rank_world()[1] == 1 else contextlib.nullcontext():
+    if missing and _rank_world()[1] > 1:  # torchrun: the ranks train each member together, at barriers
+        _train_missing(profile, preset, tok, root, missing, progress, workers)
+    elif missing:
+        with entry_lock(root):  # another process training this family at once: wait, then train what it left
             _train_missing(profile, preset, tok, root, _missing(preset, root), progress, workers)
     members = []
     for ms in preset.members:
