@@ -237,3 +237,11 @@ def test_run_smoke_is_cached_and_typed():
     assert a.numbers["val_docs"] >= 8
     assert (a.arms.seeds == len(preset("smoke").seeds)).all()
     assert set(a.arms.arm) == {"uniform", "gtt", "stacking", "mslt", "uniform-flops", "uniform-wall"}
+    # the timed runs were trained alone and scored afterwards: at every evaluation step, with the time it took
+    from layerlab.chapters.growth.run import _eval_steps
+
+    timed = [r for r in a.comparison["runs"] if r["timed"]]
+    assert {r["arm"] for r in timed} == {"uniform", "gtt"} and len(timed) == 2 * len(preset("smoke").seeds)
+    for r in timed:
+        assert [e["step"] for e in r["evals"]] == list(_eval_steps(preset("smoke"), r["steps"]))
+        assert r["eval_seconds"] > 0 and all(len(e["windows"]) == a.numbers["val_windows"] for e in r["evals"])

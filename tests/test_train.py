@@ -15,6 +15,7 @@ from layerlab.training.train import (
     ModelSpec,
     TrainConfig,
     build_model,
+    evaluate_snapshots,
     flops_per_token,
     list_checkpoints,
     log_steps,
@@ -103,6 +104,36 @@ def test_resume_equals_uninterrupted(tmp_path, make):
     assert _same(full.model, resumed.model)
     assert [r["loss"] for r in full.log] == [r["loss"] for r in resumed.log]
     assert [e["val_nll"] for e in full.evals] == [e["val_nll"] for e in resumed.evals]
+
+
+@pytest.mark.parametrize("make", [lambda: growth.uniform(4, 7, warmup=2), lambda: growth.stacking(4, 8),
+                                  lambda: growth.gtt([1.0, 3.0, -0.5, 0.2], 12)])
+def test_deferred_evaluation_equals_inline_bit_for_bit(make):
+    """defer_eval keeps the weights at each eval step; evaluate_snapshots, run later on a fresh model, gives
+    the rows train() measures inline: the same steps, ledger columns and NLLs (per window too), bit for bit,
+    also at stacking's early steps, where the upper layers are not yet in the forward pass."""
+    spec = ModelSpec(depth=4, width=16, heads=4, kv_heads=2, vocab_size=50, seq_len=8)
+    sched = make()
+    steps = (0, 2, 5, sched.total_steps)
+    val = _ids(6, seed=9)
+    inline = train(build_model(spec, 0), sched, _ids(), TrainConfig(batch_size=4, eval_steps=steps,
+                   eval_per_window=True), val_ids=val, progress=False)
+    deferred = train(build_model(spec, 0), sched, _ids(), TrainConfig(batch_size=4, eval_steps=steps,
+                     defer_eval=True), progress=False)
+    assert deferred.evals == [] and [s["step"] for s in deferred.snapshots] == list(steps)
+    if sched.mode == "grow":  # the snapshots record the layers that were in the forward pass at each step
+        assert len(deferred.snapshots[0]["active"]) < spec.depth
+    assert _same(inline.model, deferred.model)  # keeping snapshots does not change training
+    rows = evaluate_snapshots(build_model(spec, 1), deferred.snapshots, val, per_window=True)
+    wall = [r.pop("wall") for r in rows] + [r.pop("wall") for r in inline.evals]  # timings differ run to run
+    assert all(w >= 0 for w in wall)
+    assert rows == inline.evals
+
+
+def test_deferred_evaluation_refuses_a_checkpointed_run(tmp_path):
+    cfg = TrainConfig(batch_size=4, checkpoints=(0, 2), eval_steps=(0, 2), defer_eval=True)
+    with pytest.raises(ValueError, match="defer_eval"):
+        train(build_model(SPEC, 0), growth.uniform(3, 2), _ids(), cfg, run_dir=tmp_path, progress=False)
 
 
 def test_checkpoint_format(tmp_path):

@@ -96,6 +96,8 @@ class TrainConfig:
     checkpoints: tuple[int, ...] = ()  # steps (after that many updates) to save; 0 = init
     eval_steps: tuple[int, ...] = ()  # steps at which to measure validation NLL
     eval_per_window: bool = False  # also store the NLL of every validation window at each eval
+    defer_eval: bool = False  # at eval_steps keep a copy of the weights (TrainResult.snapshots) instead of
+    # measuring: evaluate them later, elsewhere, with evaluate_snapshots (same numbers, bit for bit)
 
 
 def log_steps(total: int, per_octave: int = 1) -> tuple[int, ...]:
@@ -229,6 +231,7 @@ class TrainResult:
     model: nn.Module
     log: list[dict] = field(default_factory=list)  # per step: step, phase, loss, lr, tokens, flops, wall
     evals: list[dict] = field(default_factory=list)  # step, tokens, flops, wall, val_nll
+    snapshots: list[dict] = field(default_factory=list)  # defer_eval: step, tokens, flops, wall, active, state
     ledger: list[dict] = field(default_factory=list)  # per phase sums
     totals: dict = field(default_factory=dict)
     run_dir: Path | None = None
@@ -250,6 +253,28 @@ def window_nlls(model: nn.Module, ids: Tensor, batch_size: int = 16) -> Tensor:
             out.append(nll.view(len(x), -1).double().mean(dim=1).cpu())  # [b]
     model.train(was)
     return torch.cat(out)
+
+
+def eval_row(model: nn.Module, active, val_ids: Tensor, row: dict, per_window: bool) -> dict:
+    """``row`` plus ``val_nll`` (and ``windows``: every window's NLL) of ``model`` on ``val_ids`` [N, T] with
+    only the decoder layers in ``active`` (the others skipped, as in training)."""
+    with only_layers(model, active):
+        per = window_nlls(model, val_ids)  # [N]
+    out = {**row, "val_nll": float(per.mean())}
+    if per_window:
+        out["windows"] = per.tolist()
+    return out
+
+
+def evaluate_snapshots(model: nn.Module, snapshots: Sequence[dict], val_ids: Tensor, per_window: bool) -> list[dict]:
+    """The eval rows of a run trained with ``TrainConfig.defer_eval``: each snapshot's weights are loaded into
+    ``model`` (same architecture) and measured as :func:`train` would have measured them at that step."""
+    rows = []
+    for snap in snapshots:
+        model.load_state_dict(snap["state"])
+        row = {k: v for k, v in snap.items() if k not in ("state", "active")}
+        rows.append(eval_row(model, snap["active"], val_ids, row, per_window))
+    return rows
 
 
 def eval_nll(model: nn.Module, ids: Tensor, batch_size: int = 16) -> float:
@@ -289,7 +314,8 @@ def train(
     Checkpoints (``config.checkpoints``) go to ``run_dir``; with ``resume`` the latest complete
     checkpoint there is loaded first and training continues exactly. ``stop_after`` ends the run
     after that many total steps (used to test resumption). Validation NLL (nats) is measured
-    on ``val_ids`` at ``config.eval_steps``.
+    on ``val_ids`` at ``config.eval_steps``; with ``config.defer_eval`` the weights there are kept instead
+    (``TrainResult.snapshots``), for :func:`evaluate_snapshots` to measure later in another process.
     """
     from layerlab.core import arch
 
@@ -297,6 +323,9 @@ def train(
     schedule.validate(L)
     if train_ids.ndim != 2 or train_ids.shape[1] < 2:
         raise ValueError(f"train_ids must be [N, T] token windows with T >= 2, got {tuple(train_ids.shape)}")
+    if config.defer_eval and run_dir is not None:
+        raise ValueError("defer_eval keeps its snapshots in memory only, so a checkpointed run could not resume "
+                         "them: pass run_dir=None, or measure at eval_steps (defer_eval=False)")
     rank, world = _rank_world()
     if config.batch_size % world:
         raise ValueError(f"batch_size {config.batch_size} must be divisible by the world size {world}")
@@ -307,6 +336,7 @@ def train(
     run_dir = Path(run_dir) if run_dir is not None else None
     log: list[dict] = []
     evals: list[dict] = []
+    snapshots: list[dict] = []
     opt_state: dict[str, Tensor] = {}
     start = 0
     if run_dir is not None and resume:
@@ -329,16 +359,15 @@ def train(
         save_checkpoint(run_dir, step, model, state, {**meta_static, "log": log, "evals": evals})
 
     def evaluate(step: int, active: set[int]) -> None:
-        if val_ids is None or step not in config.eval_steps or any(e["step"] == step for e in evals):
+        if step not in config.eval_steps or any(e["step"] == step for e in (*evals, *snapshots)):
             return
-        with only_layers(model, active):
-            per = window_nlls(model, val_ids)
         cum = _ledger(log, len(schedule.phases))[1]
-        row = {"step": step, "tokens": cum["tokens"], "flops": cum["flops"], "wall": cum["wall"],
-               "val_nll": float(per.mean())}
-        if config.eval_per_window:
-            row["windows"] = per.tolist()
-        evals.append(row)
+        row = {"step": step, "tokens": cum["tokens"], "flops": cum["flops"], "wall": cum["wall"]}
+        if config.defer_eval:
+            state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            snapshots.append({**row, "active": sorted(active), "state": state})
+        elif val_ids is not None:
+            evals.append(eval_row(model, active, val_ids, row, config.eval_per_window))
 
     opt = None
     end = total if stop_after is None else min(total, stop_after)
@@ -414,5 +443,5 @@ def train(
         p.requires_grad_(True)
     model.eval()
     ledger, totals = _ledger(log, len(schedule.phases))
-    return TrainResult(model=model, log=log, evals=evals, ledger=ledger, totals=totals, run_dir=run_dir,
-                       optimizer=opt)
+    return TrainResult(model=model, log=log, evals=evals, snapshots=snapshots, ledger=ledger, totals=totals,
+                       run_dir=run_dir, optimizer=opt)

@@ -10,8 +10,11 @@ test splits (never a training document), ``windows_per_doc`` windows of each.
 2. For every seed, *alone and in sequence* (one process, one thread, nothing else of the chapter
    running, so their wall-clock can be compared): the uniform run, then the ablation sweep of its
    trained layers on training documents (:mod:`layerlab.chapters.growth.importance`), then GTT with
-   the phase order of that seed's profile. GTT's full cost is the uniform run + the sweep + GTT.
-3. Controls and baselines of the same seed (in parallel processes; no claim uses their wall-clock):
+   the phase order of that seed's profile. GTT's full cost is the uniform run + the sweep + GTT. These
+   runs keep their weights at each evaluation step (:func:`train_timed`); their held-out scoring
+   waits for step 3, so the second core is not left idle while they train.
+3. In parallel processes: the scoring of step 2's runs (bit-identical to scoring them inline), then the
+   controls and baselines of every seed (no claim uses their wall-clock):
    stacking, MSLT, and uniform training on its own cosine schedule of as many steps as GTT's FLOPs
    buy (``uniform-flops``) or as GTT's measured seconds buy at the uniform run's measured step time
    (``uniform-wall``).
@@ -143,39 +146,82 @@ def planned_flops(preset: GrowthPreset, schedule: growth.Schedule, vocab: int) -
     return int(total)
 
 
+def _eval_steps(preset: GrowthPreset, total: int) -> tuple[int, ...]:
+    """Evenly spaced evaluation steps (``preset.n_evals`` after step 0) plus the step at :data:`EARLY_FRAC`."""
+    grid = np.linspace(0, total, preset.n_evals + 1).round().astype(int).tolist()
+    return tuple(sorted({0, total, int(round(EARLY_FRAC * total)), *grid}))
+
+
+def _train(preset: GrowthPreset, sched: growth.Schedule, arm: str, seed: int, lr: float, *, timed: bool,
+           with_importance: bool, defer: bool) -> tuple[dict, list[dict]]:
+    """Train one arm x seed: its record (evals measured inline unless ``defer``) and the deferred snapshots."""
+    from layerlab.training.train import TrainConfig, build_model, train
+
+    tok, train_ids, ho = _data(preset)
+    val_ids = torch.tensor(ho["val_ids"])
+    S = sched.total_steps
+    cfg = TrainConfig(batch_size=preset.batch_size, seed=seed, eval_steps=_eval_steps(preset, S),
+                      eval_per_window=True, defer_eval=defer)
+    t0 = time.perf_counter()
+    model = build_model(_spec(preset, len(tok)), seed=seed, dtype=preset.torch_dtype).to(preset.device)
+    res = train(model, sched, train_ids, cfg, val_ids=None if defer else val_ids, progress=False)
+    out = {"arm": arm, "seed": seed, "lr": lr, "steps": S, "evals": res.evals, "ledger": res.ledger,
+           "totals": res.totals, "schedule": growth.describe(sched), "seconds": time.perf_counter() - t0,
+           "train_loss": [r["loss"] for r in res.log], "mode": sched.mode, "timed": timed,
+           "machine": machine.describe(preset.device)}  # where its seconds were measured
+    if with_importance:
+        t1 = time.perf_counter()
+        imp = importance.measure(model.cpu(), torch.tensor(ho["imp_ids"]), ho["imp_doc"], preset.ablation)
+        out["importance"] = {**imp, "seconds": time.perf_counter() - t1}
+        out["seconds"] = time.perf_counter() - t0
+    return out, res.snapshots
+
+
+def train_timed(preset: GrowthPreset, arm: str, seed: int, lr: float, importance_=None, anti=None, *,
+                with_importance: bool = False) -> dict:
+    """Train one of the runs whose wall-clock is compared (G1c, G2), without evaluating it (cached as
+    ``growth-train``): the record, with the weights at every evaluation step (``snapshots``). Call it alone,
+    one thread; :func:`run_arm` with ``timed=True`` evaluates the snapshots later, in any process."""
+    sched = make_schedule(arm, preset, lr, importance_, anti)
+    key = {"preset": _train_key(preset), "data": data_fingerprint(), "arm": arm, "seed": seed, "lr": lr,
+           "schedule": dataclasses.asdict(sched), "importance": with_importance}
+
+    def compute() -> dict:
+        out, snapshots = _train(preset, sched, arm, seed, lr, timed=True, with_importance=with_importance,
+                                defer=True)
+        return {**out, "snapshots": snapshots}
+
+    return cached("growth-train", key, compute)
+
+
 def run_arm(preset: GrowthPreset, arm: str, seed: int, lr: float, importance_=None, anti=None, *,
             steps: int | None = None, timed: bool = False, with_importance: bool = False,
             threads: int | None = None) -> dict:
-    """Train one arm x seed (cached): per-eval tokens, FLOPs, wall-clock and per-window held-out NLL.
-    ``timed``: the run is one of the sequential, alone-timed ones (part of the key). ``with_importance``:
-    also measure the ablation profile of the trained model (uniform only)."""
+    """One arm x seed (cached): per-eval tokens, FLOPs, wall-clock and per-window held-out NLL.
+    ``timed``: the run is one of the sequential, alone-timed ones (part of the key): it was trained by
+    :func:`train_timed` and only its evaluation runs here (``eval_seconds``). ``with_importance``: also
+    measure the ablation profile of the trained model (uniform only)."""
     sched = make_schedule(arm, preset, lr, importance_, anti, steps)
     key = {"preset": _train_key(preset), "data": data_fingerprint(), "arm": arm, "seed": seed, "lr": lr,
            "schedule": dataclasses.asdict(sched), "timed": timed, "importance": with_importance}
 
     def compute() -> dict:
-        from layerlab.training.train import TrainConfig, build_model, train
+        from layerlab.training.train import build_model, evaluate_snapshots
 
         if threads:
             torch.set_num_threads(threads)
-        tok, train_ids, ho = _data(preset)
-        val_ids = torch.tensor(ho["val_ids"])
-        S = sched.total_steps
-        grid = np.linspace(0, S, preset.n_evals + 1).round().astype(int).tolist()
-        evals = tuple(sorted({0, S, int(round(EARLY_FRAC * S)), *grid}))
-        cfg = TrainConfig(batch_size=preset.batch_size, seed=seed, eval_steps=evals, eval_per_window=True)
+        if not timed:
+            return _train(preset, sched, arm, seed, lr, timed=False, with_importance=with_importance,
+                          defer=False)[0]
+        if steps is not None:
+            raise ValueError("a timed run trains the preset's full budget: pass steps=None")
+        trained = train_timed(preset, arm, seed, lr, importance_, anti, with_importance=with_importance)
+        tok, _, ho = _data(preset)
         t0 = time.perf_counter()
         model = build_model(_spec(preset, len(tok)), seed=seed, dtype=preset.torch_dtype).to(preset.device)
-        res = train(model, sched, train_ids, cfg, val_ids=val_ids, progress=False)
-        out = {"arm": arm, "seed": seed, "lr": lr, "steps": S, "evals": res.evals, "ledger": res.ledger,
-               "totals": res.totals, "schedule": growth.describe(sched), "seconds": time.perf_counter() - t0,
-               "train_loss": [r["loss"] for r in res.log], "mode": sched.mode, "timed": timed,
-               "machine": machine.describe(preset.device)}  # where its seconds were measured
-        if with_importance:
-            t1 = time.perf_counter()
-            imp = importance.measure(model.cpu(), torch.tensor(ho["imp_ids"]), ho["imp_doc"], preset.ablation)
-            out["importance"] = {**imp, "seconds": time.perf_counter() - t1}
-        return out
+        evals = evaluate_snapshots(model, trained["snapshots"], torch.tensor(ho["val_ids"]), per_window=True)
+        out = {k: v for k, v in trained.items() if k != "snapshots"}
+        return {**out, "evals": evals, "eval_seconds": time.perf_counter() - t0}
 
     return cached_json("growth-run", key, compute)
 
@@ -221,12 +267,13 @@ def run_comparison(preset: GrowthPreset, *, workers: int | None = None) -> dict:
     vocab = len(tok)
     sweep = _parallel(preset, [(("uniform", preset.seeds[0], lr), {}) for lr in preset.lr_sweep], workers)
     lr = select_lr(sweep)
-    runs, profiles, controls = [], {}, []
-    for s in preset.seeds:  # alone, in sequence: these wall-clocks are compared (G1c, G2)
-        u = _alone(lambda s=s: run_arm(preset, "uniform", s, lr, timed=True, with_importance=True))
+    profiles, jobs, controls = {}, [], []
+    for s in preset.seeds:  # alone, in sequence: these wall-clocks are compared (G1c, G2); evaluated later
+        u = _alone(lambda s=s: train_timed(preset, "uniform", s, lr, with_importance=True))
         prof = importance.profile(u["importance"]["per_doc"], seed=preset.boot_seed)
-        g = _alone(lambda s=s, prof=prof: run_arm(preset, "gtt", s, lr, prof["mean"], prof["anti"], timed=True))
-        runs += [u, g]
+        g = _alone(lambda s=s, prof=prof: train_timed(preset, "gtt", s, lr, prof["mean"], prof["anti"]))
+        jobs += [(("uniform", s, lr), {"timed": True, "with_importance": True}),
+                 (("gtt", s, lr, prof["mean"], prof["anti"]), {"timed": True})]
         profiles[s] = prof
         f_uni = planned_flops(preset, make_schedule("uniform", preset, lr), vocab)
         f_gtt = planned_flops(preset, make_schedule("gtt", preset, lr, prof["mean"], prof["anti"]), vocab)
@@ -234,7 +281,8 @@ def run_comparison(preset: GrowthPreset, *, workers: int | None = None) -> dict:
         s_wall = max(2, int(round(preset.steps * g["totals"]["wall"] / u["totals"]["wall"])))
         controls += [(("uniform-flops", s, lr), {"steps": s_flops}), (("uniform-wall", s, lr), {"steps": s_wall})]
         controls += [((arm, s, lr), {}) for arm in preset.arms if arm not in ("uniform", "gtt")]
-    runs += _parallel(preset, controls, workers)
+    done = _parallel(preset, controls + jobs, workers)  # the short scoring jobs last: the cores finish together
+    runs = done[len(controls):] + done[:len(controls)]  # the timed runs first, as they ran
     return {"profile": preset.profile, "preset": dataclasses.asdict(preset), "best_lr": lr,
             "sweep": [{"lr": r["lr"], "train_loss_last_quarter": last_quarter_loss(r),
                        "final_nll": analysis.final(r, ho["val_doc"])} for r in sweep],
@@ -322,7 +370,7 @@ def assemble(preset: GrowthPreset, comp: dict, family: tuple[pd.DataFrame, pd.Da
         "val_windows": len(comp["val_doc"]),
         "imp_docs": u0["importance"]["docs"], "imp_windows": u0["importance"]["windows"],
         "anti_test": int(imp.anti.sum()), "anti_point": int(imp.point_negative.sum()), "layer_seeds": len(imp),
-        "train_minutes": sum(r["seconds"] for r in comp["runs"]) / 60,
+        "train_minutes": sum(r["seconds"] + r.get("eval_seconds", 0.0) for r in comp["runs"]) / 60,
         "timed_minutes": sum(r["seconds"] for r in comp["runs"] if r.get("timed")) / 60, **fam_numbers,
     }
     return GrowthResult(
