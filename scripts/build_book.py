@@ -234,6 +234,15 @@ def ensure_kernel() -> str:
     return KERNEL_NAME
 
 
+def _plain_heading(text: str, width: int = 60) -> str:
+    """A markdown heading as a terminal line: inline maths, code and emphasis marks dropped, cut at a word
+    boundary with an ellipsis when longer than ``width``."""
+    plain = re.sub(r"[$`*]", "", text).strip()
+    if len(plain) <= width:
+        return plain
+    return plain[: plain.rfind(" ", 0, width) if " " in plain[:width] else width].rstrip(" ,:;") + "…"
+
+
 def _section_reporter(nb: nbformat.NotebookNode, name: str, log: Log, every: float = 15.0):
     """A papermill ``cell_start`` hook: a line when execution enters a new ``##`` section of the
     chapter, if at least ``every`` seconds passed since the last line (long chapters only)."""
@@ -253,7 +262,7 @@ def _section_reporter(nb: nbformat.NotebookNode, name: str, log: Log, every: flo
         state["code"] += 1
         section, now = sections[cell.get("id", "")], time.perf_counter()
         if section != state["section"] and now - state["last"] >= every:
-            log(f"{name}: § {section[:60]} (code cell {state['code']} of {n_code}, "
+            log(f"{name}: § {_plain_heading(section)} (code cell {state['code']} of {n_code}, "
                 f"{_seconds(now - state['t0'])} in)")
             state["last"] = now
         state["section"] = section

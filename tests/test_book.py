@@ -343,3 +343,14 @@ def test_every_test_file_reading_the_smoke_book_runs_in_the_book_worker():
     assert users == BOOK_TESTS, sorted(users ^ BOOK_TESTS)
     assert {scope_of(f"tests/{stem}.py::t") for stem in BOOK_TESTS} == {"book"}
     assert scope_of("tests/test_cache.py::t[x]") == "tests/test_cache.py"
+
+
+def test_progress_lines_show_headings_as_plain_words():
+    """The build's per-section progress line drops a heading's maths and code marks and cuts it at a word
+    (the anatomy heading once printed as "… the delta correlation and its $-0.5$ n")."""
+    head = "Weights across depth: the delta correlation and its $-0.5$ null"
+    assert bb._plain_heading(head, width=80) == "Weights across depth: the delta correlation and its -0.5 null"
+    assert bb._plain_heading(head) == "Weights across depth: the delta correlation and its -0.5…"
+    short = bb._plain_heading(head, width=40)
+    assert short == "Weights across depth: the delta…" and len(short) <= 41
+    assert bb._plain_heading("`skip_attn` and **ΔNLL**") == "skip_attn and ΔNLL"
