@@ -245,3 +245,13 @@ def test_run_smoke_is_cached_and_typed():
     for r in timed:
         assert [e["step"] for e in r["evals"]] == list(_eval_steps(preset("smoke"), r["steps"]))
         assert r["eval_seconds"] > 0 and all(len(e["windows"]) == a.numbers["val_windows"] for e in r["evals"])
+
+
+def test_a_timed_run_refuses_a_shorter_budget():
+    """Timed runs are trained by train_timed at the preset's full budget; asking for other steps is an error
+    raised before anything trains (a shorter timed run would be compared with a full one)."""
+    from layerlab.chapters.growth import preset
+    from layerlab.chapters.growth.run import run_arm
+
+    with pytest.raises(ValueError, match="full budget"):
+        run_arm(preset("smoke"), "uniform", 0, 1e-2, steps=5, timed=True)

@@ -255,7 +255,7 @@ def window_nlls(model: nn.Module, ids: Tensor, batch_size: int = 16) -> Tensor:
     return torch.cat(out)
 
 
-def eval_row(model: nn.Module, active, val_ids: Tensor, row: dict, per_window: bool) -> dict:
+def eval_row(model: nn.Module, active: Sequence[int] | set[int], val_ids: Tensor, row: dict, per_window: bool) -> dict:
     """``row`` plus ``val_nll`` (and ``windows``: every window's NLL) of ``model`` on ``val_ids`` [N, T] with
     only the decoder layers in ``active`` (the others skipped, as in training)."""
     with only_layers(model, active):

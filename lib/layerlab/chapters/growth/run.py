@@ -201,6 +201,8 @@ def run_arm(preset: GrowthPreset, arm: str, seed: int, lr: float, importance_=No
     ``timed``: the run is one of the sequential, alone-timed ones (part of the key): it was trained by
     :func:`train_timed` and only its evaluation runs here (``eval_seconds``). ``with_importance``: also
     measure the ablation profile of the trained model (uniform only)."""
+    if timed and steps is not None:
+        raise ValueError("a timed run trains the preset's full budget (train_timed): pass steps=None")
     sched = make_schedule(arm, preset, lr, importance_, anti, steps)
     key = {"preset": _train_key(preset), "data": data_fingerprint(), "arm": arm, "seed": seed, "lr": lr,
            "schedule": dataclasses.asdict(sched), "timed": timed, "importance": with_importance}
@@ -213,8 +215,6 @@ def run_arm(preset: GrowthPreset, arm: str, seed: int, lr: float, importance_=No
         if not timed:
             return _train(preset, sched, arm, seed, lr, timed=False, with_importance=with_importance,
                           defer=False)[0]
-        if steps is not None:
-            raise ValueError("a timed run trains the preset's full budget: pass steps=None")
         trained = train_timed(preset, arm, seed, lr, importance_, anti, with_importance=with_importance)
         tok, _, ho = _data(preset)
         t0 = time.perf_counter()
