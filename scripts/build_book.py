@@ -240,7 +240,8 @@ def _plain_heading(text: str, width: int = 60) -> str:
     plain = re.sub(r"[$`*]", "", text).strip()
     if len(plain) <= width:
         return plain
-    return plain[: plain.rfind(" ", 0, width) if " " in plain[:width] else width].rstrip(" ,:;") + "…"
+    cut = plain.rfind(" ", 0, width)  # the last word boundary that fits (-1: none, cut mid-word)
+    return plain[: cut if cut > 0 else width].rstrip(" ,:;") + "…"
 
 
 def _section_reporter(nb: nbformat.NotebookNode, name: str, log: Log, every: float = 15.0):

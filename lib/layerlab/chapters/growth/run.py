@@ -152,6 +152,12 @@ def _eval_steps(preset: GrowthPreset, total: int) -> tuple[int, ...]:
     return tuple(sorted({0, total, int(round(EARLY_FRAC * total)), *grid}))
 
 
+def _run_key(preset: GrowthPreset, arm: str, seed: int, lr: float, sched: growth.Schedule, **flags) -> dict:
+    """The cache key of one arm x seed: what is trained (preset, data, arm, seed, lr, schedule) plus ``flags``."""
+    return {"preset": _train_key(preset), "data": data_fingerprint(), "arm": arm, "seed": seed, "lr": lr,
+            "schedule": dataclasses.asdict(sched), **flags}
+
+
 def _train(preset: GrowthPreset, sched: growth.Schedule, arm: str, seed: int, lr: float, *, timed: bool,
            with_importance: bool, defer: bool) -> tuple[dict, list[dict]]:
     """Train one arm x seed: its record (evals measured inline unless ``defer``) and the deferred snapshots."""
@@ -183,8 +189,7 @@ def train_timed(preset: GrowthPreset, arm: str, seed: int, lr: float, importance
     ``growth-train``): the record, with the weights at every evaluation step (``snapshots``). Call it alone,
     one thread; :func:`run_arm` with ``timed=True`` evaluates the snapshots later, in any process."""
     sched = make_schedule(arm, preset, lr, importance_, anti)
-    key = {"preset": _train_key(preset), "data": data_fingerprint(), "arm": arm, "seed": seed, "lr": lr,
-           "schedule": dataclasses.asdict(sched), "importance": with_importance}
+    key = _run_key(preset, arm, seed, lr, sched, importance=with_importance)
 
     def compute() -> dict:
         out, snapshots = _train(preset, sched, arm, seed, lr, timed=True, with_importance=with_importance,
@@ -204,8 +209,7 @@ def run_arm(preset: GrowthPreset, arm: str, seed: int, lr: float, importance_=No
     if timed and steps is not None:
         raise ValueError("a timed run trains the preset's full budget (train_timed): pass steps=None")
     sched = make_schedule(arm, preset, lr, importance_, anti, steps)
-    key = {"preset": _train_key(preset), "data": data_fingerprint(), "arm": arm, "seed": seed, "lr": lr,
-           "schedule": dataclasses.asdict(sched), "timed": timed, "importance": with_importance}
+    key = _run_key(preset, arm, seed, lr, sched, timed=timed, importance=with_importance)
 
     def compute() -> dict:
         from layerlab.training.train import build_model, evaluate_snapshots
