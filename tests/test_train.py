@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -20,6 +21,8 @@ from layerlab.training.train import (
     list_checkpoints,
     log_steps,
     train,
+    train_interleaved,
+    train_steps,
 )
 
 SPEC = ModelSpec(depth=3, width=16, heads=4, kv_heads=2, ffn=32, vocab_size=50, seq_len=8)
@@ -134,6 +137,45 @@ def test_deferred_evaluation_refuses_a_checkpointed_run(tmp_path):
     cfg = TrainConfig(batch_size=4, checkpoints=(0, 2), eval_steps=(0, 2), defer_eval=True)
     with pytest.raises(ValueError, match="defer_eval"):
         train(build_model(SPEC, 0), growth.uniform(3, 2), _ids(), cfg, run_dir=tmp_path, progress=False)
+
+
+def test_interleaved_training_equals_training_each_alone_bit_for_bit(tmp_path):
+    """train_interleaved steps GTT and uniform runs in turn (different seeds, schedules and lengths; one of them
+    checkpointed): each ends with the weights, losses, ledger FLOPs, eval rows and checkpoints of the same run
+    trained alone; each run's seconds count only its own steps."""
+    spec = ModelSpec(depth=4, width=16, heads=4, kv_heads=2, vocab_size=50, seq_len=8)
+    scheds = [growth.uniform(4, 9, warmup=2), growth.gtt([1.0, 3.0, -0.5, 0.2], 12)]
+    cfgs = [TrainConfig(batch_size=4, seed=3, eval_steps=(0, 4, 9), checkpoints=(4, 9)),
+            TrainConfig(batch_size=4, seed=5, eval_steps=(0, 6, 12), defer_eval=True)]
+    val = _ids(6, seed=9)
+
+    def _counts(r: dict) -> tuple:  # a log or eval row without its seconds
+        return tuple(v for k, v in r.items() if k != "wall")
+
+    def runs(tag: str) -> list:
+        return [train_steps(build_model(spec, c.seed), s, _ids(), c, val_ids=val, progress=False,
+                            run_dir=None if c.defer_eval else tmp_path / tag) for s, c in zip(scheds, cfgs)]
+
+    t0 = time.perf_counter()
+    together = train_interleaved(runs("together"))
+    elapsed = time.perf_counter() - t0
+    alone = [train_interleaved([r])[0] for r in runs("alone")]
+    for a, b in zip(together, alone):
+        assert _same(a.model, b.model)
+        assert [_counts(r) for r in a.log] == [_counts(r) for r in b.log]
+        assert [_counts(e) for e in a.evals] == [_counts(e) for e in b.evals]
+        assert [s["step"] for s in a.snapshots] == [s["step"] for s in b.snapshots]
+    assert sum(r.totals["wall"] for r in together) <= elapsed  # each run timed its own steps only
+    assert len(together[0].log) == 9 and len(together[1].log) == 12 and len(together[1].snapshots) == 3
+    for step in (4, 9):
+        ta = load_file(str(tmp_path / "together" / f"ckpt-{step:06d}" / "model.safetensors"))
+        tb = load_file(str(tmp_path / "alone" / f"ckpt-{step:06d}" / "model.safetensors"))
+        assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
+
+
+def test_train_steps_checks_its_inputs_before_the_first_step():
+    with pytest.raises(ValueError, match=r"\[N, T\]"):
+        train_steps(build_model(SPEC, 0), growth.uniform(3, 2), torch.zeros(5, dtype=torch.long), TrainConfig())
 
 
 def test_checkpoint_format(tmp_path):

@@ -25,7 +25,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -317,6 +317,43 @@ def train(
     on ``val_ids`` at ``config.eval_steps``; with ``config.defer_eval`` the weights there are kept instead
     (``TrainResult.snapshots``), for :func:`evaluate_snapshots` to measure later in another process.
     """
+    return train_interleaved([train_steps(model, schedule, train_ids, config, val_ids=val_ids, run_dir=run_dir,
+                                          resume=resume, stop_after=stop_after, progress=progress)])[0]
+
+
+def train_interleaved(runs: Sequence[Generator[int, None, TrainResult]]) -> list[TrainResult]:
+    """Run several trainings (:func:`train_steps`) one update each in turn until all have ended; their results.
+
+    Each run's state is its own (weights from its seed, batches from (seed, step), no global RNG), so each
+    result equals that of training it alone, bit for bit; only the measured seconds differ. Interleaving is
+    how two runs' wall-clocks are compared fairly: a machine whose speed drifts over seconds slows both alike.
+    """
+    results: list[TrainResult | None] = [None] * len(runs)
+    while any(r is None for r in results):
+        for i, run in enumerate(runs):
+            if results[i] is None:
+                try:
+                    next(run)
+                except StopIteration as stop:
+                    results[i] = stop.value
+    return results  # type: ignore[return-value]
+
+
+def train_steps(
+    model: nn.Module,
+    schedule: Schedule,
+    train_ids: Tensor,
+    config: TrainConfig,
+    *,
+    val_ids: Tensor | None = None,
+    run_dir: str | os.PathLike | None = None,
+    resume: bool = True,
+    stop_after: int | None = None,
+    progress: bool = True,
+) -> Generator[int, None, TrainResult]:
+    """:func:`train` one update at a time: the inputs are checked now; the returned generator yields the step
+    count after each update (and once before the first) and returns the :class:`TrainResult`. For
+    :func:`train_interleaved`."""
     from layerlab.core import arch
 
     L = arch.view(model).n_layers
@@ -369,79 +406,83 @@ def train(
         elif val_ids is not None:
             evals.append(eval_row(model, active, val_ids, row, config.eval_per_window))
 
-    opt = None
-    end = total if stop_after is None else min(total, stop_after)
-    if start == 0:
-        evaluate(0, schedule.active_in(0, L))
-        if 0 in config.checkpoints:
-            checkpoint(0, None)
-    bar = tqdm(range(start, end), disable=not progress or rank != 0, desc=schedule.name, leave=False)
-    model.train()
-    phase_i = -1
-    for step in bar:
-        i, j = schedule.phase_at(step)
-        phase = schedule.phases[i]
-        active = schedule.active_in(i, L)
-        if i != phase_i:  # entering (or resuming inside) a phase
-            if j == 0:
-                newly = schedule.newly_active(i, L)
-                before = schedule.active_before(i, L)
-                gen = torch.Generator().manual_seed(7919 * (config.seed + 1) + i)
-                for layer in sorted(newly):
-                    apply_init(model, layer, phase, before, gen)
-            if opt is not None:
-                opt_state.update(_opt_tensors(opt, names))
-            set_trainable(model, phase)
-            params = [p for p in model.parameters() if p.requires_grad]
-            decay = [p for p in params if p.ndim >= 2]
-            no_decay = [p for p in params if p.ndim < 2]
-            opt = torch.optim.AdamW(
-                [{"params": decay, "weight_decay": config.weight_decay},
-                 {"params": no_decay, "weight_decay": 0.0}],
-                lr=phase.lr, betas=config.betas, eps=config.eps,
-            )
-            for p in params:  # carry Adam moments of parameters that trained before
-                st = {k.split("::")[1]: v.to(device) for k, v in opt_state.items() if k.split("::")[0] == names[p]}
-                if st:
-                    opt.state[p] = st
-            trainable = [b.index for b in arch.view(model).blocks if b.index in phase.layers]
-            fpt = flops_per_token(model.config, T, active, trainable, phase.trains_embed(), phase.head)
-            phase_i = i
-        lr = phase.lr_at(j)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        t0 = time.perf_counter()
-        rows = batch_rows(len(train_ids), config.batch_size, config.seed, step)[rank::world]
-        x = train_ids[rows].to(device)  # [B / world, T]
-        with only_layers(model, active):
-            logits = model(input_ids=x).logits  # [b, T, V]
-        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), x[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grads = [p for p in opt.param_groups[0]["params"] + opt.param_groups[1]["params"] if p.grad is not None]
-        if world > 1:
-            for p in grads:
-                dist.all_reduce(p.grad)
-                p.grad /= world
-            lt = loss.detach().clone()
-            dist.all_reduce(lt)
-            loss_val = float(lt) / world
-        else:
-            loss_val = float(loss.detach())
-        if config.grad_clip:
-            torch.nn.utils.clip_grad_norm_(grads, config.grad_clip)
-        opt.step()
-        wall = time.perf_counter() - t0
-        n_tok = config.batch_size * T
-        log.append({"step": step + 1, "phase": i, "loss": loss_val, "lr": lr, "tokens": n_tok,
-                    **{k: v * n_tok for k, v in fpt.items()}, "wall": wall})
-        bar.set_postfix(loss=f"{loss_val:.3f}")
-        evaluate(step + 1, active)
-        if step + 1 in config.checkpoints:
-            checkpoint(step + 1, opt)
-    for p in model.parameters():
-        p.requires_grad_(True)
-    model.eval()
-    ledger, totals = _ledger(log, len(schedule.phases))
-    return TrainResult(model=model, log=log, evals=evals, snapshots=snapshots, ledger=ledger, totals=totals,
-                       run_dir=run_dir, optimizer=opt)
+    def steps() -> Generator[int, None, TrainResult]:
+        opt = None
+        end = total if stop_after is None else min(total, stop_after)
+        if start == 0:
+            evaluate(0, schedule.active_in(0, L))
+            if 0 in config.checkpoints:
+                checkpoint(0, None)
+        bar = tqdm(range(start, end), disable=not progress or rank != 0, desc=schedule.name, leave=False)
+        model.train()
+        phase_i = -1
+        for step in bar:
+            i, j = schedule.phase_at(step)
+            phase = schedule.phases[i]
+            active = schedule.active_in(i, L)
+            if i != phase_i:  # entering (or resuming inside) a phase
+                if j == 0:
+                    newly = schedule.newly_active(i, L)
+                    before = schedule.active_before(i, L)
+                    gen = torch.Generator().manual_seed(7919 * (config.seed + 1) + i)
+                    for layer in sorted(newly):
+                        apply_init(model, layer, phase, before, gen)
+                if opt is not None:
+                    opt_state.update(_opt_tensors(opt, names))
+                set_trainable(model, phase)
+                params = [p for p in model.parameters() if p.requires_grad]
+                decay = [p for p in params if p.ndim >= 2]
+                no_decay = [p for p in params if p.ndim < 2]
+                opt = torch.optim.AdamW(
+                    [{"params": decay, "weight_decay": config.weight_decay},
+                     {"params": no_decay, "weight_decay": 0.0}],
+                    lr=phase.lr, betas=config.betas, eps=config.eps,
+                )
+                for p in params:  # carry Adam moments of parameters that trained before
+                    st = {k.split("::")[1]: v.to(device) for k, v in opt_state.items() if k.split("::")[0] == names[p]}
+                    if st:
+                        opt.state[p] = st
+                trainable = [b.index for b in arch.view(model).blocks if b.index in phase.layers]
+                fpt = flops_per_token(model.config, T, active, trainable, phase.trains_embed(), phase.head)
+                phase_i = i
+            lr = phase.lr_at(j)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            t0 = time.perf_counter()
+            rows = batch_rows(len(train_ids), config.batch_size, config.seed, step)[rank::world]
+            x = train_ids[rows].to(device)  # [B / world, T]
+            with only_layers(model, active):
+                logits = model(input_ids=x).logits  # [b, T, V]
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grads = [p for p in opt.param_groups[0]["params"] + opt.param_groups[1]["params"] if p.grad is not None]
+            if world > 1:
+                for p in grads:
+                    dist.all_reduce(p.grad)
+                    p.grad /= world
+                lt = loss.detach().clone()
+                dist.all_reduce(lt)
+                loss_val = float(lt) / world
+            else:
+                loss_val = float(loss.detach())
+            if config.grad_clip:
+                torch.nn.utils.clip_grad_norm_(grads, config.grad_clip)
+            opt.step()
+            wall = time.perf_counter() - t0
+            n_tok = config.batch_size * T
+            log.append({"step": step + 1, "phase": i, "loss": loss_val, "lr": lr, "tokens": n_tok,
+                        **{k: v * n_tok for k, v in fpt.items()}, "wall": wall})
+            bar.set_postfix(loss=f"{loss_val:.3f}")
+            evaluate(step + 1, active)
+            if step + 1 in config.checkpoints:
+                checkpoint(step + 1, opt)
+            yield step + 1
+        for p in model.parameters():
+            p.requires_grad_(True)
+        model.eval()
+        ledger, totals = _ledger(log, len(schedule.phases))
+        return TrainResult(model=model, log=log, evals=evals, snapshots=snapshots, ledger=ledger, totals=totals,
+                           run_dir=run_dir, optimizer=opt)
+
+    return steps()
