@@ -237,21 +237,32 @@ def test_run_smoke_is_cached_and_typed():
     assert a.numbers["val_docs"] >= 8
     assert (a.arms.seeds == len(preset("smoke").seeds)).all()
     assert set(a.arms.arm) == {"uniform", "gtt", "stacking", "mslt", "uniform-flops", "uniform-wall"}
-    # the timed runs were trained alone and scored afterwards: at every evaluation step, with the time it took
-    from layerlab.chapters.growth.run import _eval_steps
+    # GTT was trained beside a repeat of uniform training and scored afterwards, at every evaluation step; the
+    # uniform record keeps the pooled run's scores with the repeat's seconds, and the repeat did the same work
+    from layerlab.chapters.growth.run import _eval_steps, train_pair
 
     timed = [r for r in a.comparison["runs"] if r["timed"]]
-    assert {r["arm"] for r in timed} == {"uniform", "gtt"} and len(timed) == 2 * len(preset("smoke").seeds)
-    for r in timed:
-        assert [e["step"] for e in r["evals"]] == list(_eval_steps(preset("smoke"), r["steps"]))
-        assert r["eval_seconds"] > 0 and all(len(e["windows"]) == a.numbers["val_windows"] for e in r["evals"])
+    assert [r["arm"] for r in timed] == ["uniform", "gtt"] * len(preset("smoke").seeds)
+    for u, g in zip(timed[::2], timed[1::2]):
+        assert [e["step"] for e in g["evals"]] == list(_eval_steps(preset("smoke"), g["steps"]))
+        assert g["eval_seconds"] > 0 and all(len(e["windows"]) == a.numbers["val_windows"] for e in g["evals"])
+        assert u["repeat_identical"] and u["seed"] == g["seed"]
+        prof = a.comparison["profiles"][str(u["seed"])]
+        pair = train_pair(preset("smoke"), u["seed"], a.best_lr, prof["mean"], prof["anti"])  # cached
+        assert u["totals"] == pair["uniform"]["totals"] and g["totals"] == pair["gtt"]["totals"]
+        assert [e["wall"] for e in u["evals"]] == [e["wall"] for e in pair["uniform"]["evals"]]
+        assert u["evals"][-1]["wall"] == pytest.approx(u["totals"]["wall"])
+        assert pair["seconds"] >= u["totals"]["wall"] + g["totals"]["wall"]
+    assert a.numbers["repeat_identical"] == len(preset("smoke").seeds)
 
 
-def test_a_timed_run_refuses_a_shorter_budget():
-    """Timed runs are trained by train_timed at the preset's full budget; asking for other steps is an error
-    raised before anything trains (a shorter timed run would be compared with a full one)."""
+def test_a_timed_run_refuses_a_shorter_budget_or_another_arm():
+    """The timed run is GTT trained by train_pair at the preset's full budget; asking for other steps or another
+    arm is an error raised before anything trains (a shorter timed run would be compared with a full one)."""
     from layerlab.chapters.growth import preset
     from layerlab.chapters.growth.run import run_arm
 
     with pytest.raises(ValueError, match="full budget"):
-        run_arm(preset("smoke"), "uniform", 0, 1e-2, steps=5, timed=True)
+        run_arm(preset("smoke"), "gtt", 0, 1e-2, [0.0] * preset("smoke").depth, [], steps=5, timed=True)
+    with pytest.raises(ValueError, match="arm='uniform'"):
+        run_arm(preset("smoke"), "uniform", 0, 1e-2, timed=True)

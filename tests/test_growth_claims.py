@@ -52,7 +52,8 @@ def _comp(delta: float, *, flops_ratio: float = 0.4, wall_ratio: float = 0.5, se
                 runs.append(_run(arm, s, base, steps=int(S * (flops_ratio if arm == "uniform-flops" else wall_ratio))))
             else:
                 runs.append(_run(arm, s, base))
-    return SimpleNamespace(comparison={"runs": runs, "val_doc": DOC, "preset": {"steps": S, "boot_seed": 0}})
+    return SimpleNamespace(comparison={"runs": runs, "val_doc": DOC, "preset": {"steps": S, "boot_seed": 0}},
+                           numbers={"seeds": len(seeds), "repeat_identical": len(seeds)})
 
 
 def _rows(result):
@@ -157,6 +158,11 @@ def test_wall_clock_rows_say_which_machine_timed_them():
         assert rows[i].note.endswith("; timed on Intel(R) Xeon(R) Processor (AVX-512, AMX), 2 cores, 1 torch thread")
     assert "timed on" not in rows["G1b"].note  # FLOPs-matched: no seconds in it
     assert "measured on Intel(R) Xeon(R) Processor (AVX-512, AMX)" in prose.machine_sentence(res)
+    assert "In all 6 of 6 seeds the uniform repeat" in prose.machine_sentence(res)
+    assert "the other" not in prose.machine_sentence(res)
+    res.numbers["repeat_identical"] = 4  # a repeat whose weights differ is said to, with how many
+    assert "In 4 of 6 seeds" in prose.machine_sentence(res) and "in the other 2 its weights differ" in \
+        prose.machine_sentence(res)
     res.comparison["runs"][-1]["machine"] = "AMD EPYC 9B14 (AVX-512), 2 cores, 1 torch thread"  # an untimed run
     assert analysis.timed_on(res.comparison) == ["Intel(R) Xeon(R) Processor (AVX-512, AMX), 2 cores, 1 torch thread"]
 

@@ -86,7 +86,8 @@ def paired(comp: dict, a: str, b: str, stat) -> tuple[list[int], np.ndarray, np.
 
 
 def step_time_saving(comp: dict) -> tuple[list[int], np.ndarray, np.ndarray]:
-    """Per seed: measured 1 - wall(GTT)/wall(uniform) (same steps, both timed alone) and the counted
+    """Per seed: measured 1 - wall(GTT)/wall(uniform) (same steps, timed alone with their steps alternating:
+    :func:`layerlab.chapters.growth.run.train_pair`) and the counted
     1 - FLOPs(GTT)/FLOPs(uniform) of the ledger. Returns (seeds, wall [S], flops [S]), in %."""
     g, u = by_seed(comp, "gtt"), by_seed(comp, "uniform")
     seeds = sorted(set(g) & set(u))
@@ -138,6 +139,6 @@ def arm_table(comp: dict):
 
 
 def timed_on(comp: dict) -> list[str]:
-    """The machines (:func:`layerlab.core.machine.describe`) the alone-timed runs recorded, in order of first
+    """The machines (:func:`layerlab.core.machine.describe`) the timed runs recorded, in order of first
     appearance; empty when none recorded one."""
     return list(dict.fromkeys(r["machine"] for r in comp["runs"] if r.get("timed") and r.get("machine")))

@@ -59,11 +59,18 @@ def budget_sentence(result: GrowthResult) -> str:
 
 
 def machine_sentence(result: GrowthResult) -> str:
-    """Where the seconds behind the wall-clock rows (G1c, G2) were measured, and what that means for a rerun."""
+    """Where the seconds behind the wall-clock rows (G1c, G2) were measured, whether the uniform repeat timed
+    beside GTT did the pooled uniform run's work bit for bit, and what that means for a rerun."""
     where = analysis.timed_on(result.comparison)
     if not where:
         return "The timed runs did not record their machine (they predate that record)."
-    return (f"The seconds behind G1c and G2 were measured on {' and on '.join(where)}. On another CPU the "
+    n, k = result.numbers["seeds"], result.numbers.get("repeat_identical", 0)
+    same = (f"In {'all ' if k == n else ''}{k} of {n} seeds the uniform repeat timed beside GTT ended with the "
+            "weights of the seed's scored uniform run, bit for bit, so it repeated that run's work exactly")
+    if k < n:
+        same += (f"; in the other {n - k} its weights differ (the two processes' float kernels differed), "
+                 "though it ran the same operations on tensors of the same shapes")
+    return (f"The seconds behind G1c and G2 were measured on {' and on '.join(where)}. {same}. On another CPU the "
             "step times differ, and with them G1c's step budget and G2's saving: compare these two rows across "
             "machines only by rerunning them, never by their seconds.")
 

@@ -7,16 +7,19 @@ the family's BPE tokenizer and training windows; held-out text = every document 
 test splits (never a training document), ``windows_per_doc`` windows of each.
 1. Learning-rate sweep of the uniform baseline (seed 0), chosen by the training loss of the last quarter
    of its steps (fresh batches; the held-out documents are not used to tune anything).
-2. For every seed, *alone and in sequence* (one process, one thread, nothing else of the chapter
-   running, so their wall-clock can be compared): the uniform run, then the ablation sweep of its
-   trained layers on training documents (:mod:`layerlab.chapters.growth.importance`), then GTT with
-   the phase order of that seed's profile. GTT's full cost is the uniform run + the sweep + GTT. These
-   runs keep their weights at each evaluation step (:func:`train_timed`); their held-out scoring
-   waits for step 3, so the second core is not left idle while they train.
-3. In parallel processes: the scoring of step 2's runs (bit-identical to scoring them inline), then the
-   controls and baselines of every seed (no claim uses their wall-clock):
-   stacking, MSLT, and uniform training on its own cosine schedule of as many steps as GTT's FLOPs
-   buy (``uniform-flops``) or as GTT's measured seconds buy at the uniform run's measured step time
+2. In parallel processes: every seed's uniform run and the ablation sweep of its trained layers on training
+   documents (:mod:`layerlab.chapters.growth.importance`), together with stacking and MSLT (no claim uses
+   their wall-clock).
+3. For every seed, *alone and in sequence* (one process, one thread, nothing else of the chapter running):
+   GTT with the phase order of that seed's profile, and a repeat of the seed's uniform run, their steps
+   alternating (:func:`train_pair`, :func:`layerlab.training.train.train_interleaved`), so that a machine
+   whose speed drifts over seconds slows both alike. The repeat does the uniform run's work again (its final
+   weights are compared with the pooled run's, ``repeat_identical``) and gives the uniform seconds that G1c
+   and G2 compare with GTT's. GTT's full cost is the uniform run + the sweep + GTT. GTT keeps its weights at
+   each evaluation step; its held-out scoring waits for step 4, so the second core is not left idle.
+4. In parallel processes: the scoring of GTT (bit-identical to scoring it inline), and the two uniform
+   controls of every seed, on their own cosine schedules of as many steps as GTT's FLOPs buy
+   (``uniform-flops``) or as GTT's measured seconds buy at the uniform repeat's measured step time
    (``uniform-wall``).
 Every run stores the NLL of every held-out window at evenly spaced steps (plus the step at
 :data:`EARLY_FRAC` of the budget) with the cumulative tokens, FLOPs and wall-clock.
@@ -27,6 +30,7 @@ as JSON (``growth-run``), keyed by everything that defines them; the whole resul
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,56 +162,94 @@ def _run_key(preset: GrowthPreset, arm: str, seed: int, lr: float, sched: growth
             "schedule": dataclasses.asdict(sched), **flags}
 
 
-def _train(preset: GrowthPreset, sched: growth.Schedule, arm: str, seed: int, lr: float, *, timed: bool,
-           with_importance: bool, defer: bool) -> tuple[dict, list[dict]]:
-    """Train one arm x seed: its record (evals measured inline unless ``defer``) and the deferred snapshots."""
+def _train(preset: GrowthPreset, sched: growth.Schedule, arm: str, seed: int, lr: float, *,
+           with_importance: bool) -> dict:
+    """Train one arm x seed and score it at its evaluation steps: its record (``weights``: a fingerprint of the
+    final weights)."""
     from layerlab.training.train import TrainConfig, build_model, train
 
     tok, train_ids, ho = _data(preset)
-    val_ids = torch.tensor(ho["val_ids"])
     S = sched.total_steps
     cfg = TrainConfig(batch_size=preset.batch_size, seed=seed, eval_steps=_eval_steps(preset, S),
-                      eval_per_window=True, defer_eval=defer)
+                      eval_per_window=True)
     t0 = time.perf_counter()
     model = build_model(_spec(preset, len(tok)), seed=seed, dtype=preset.torch_dtype).to(preset.device)
-    res = train(model, sched, train_ids, cfg, val_ids=None if defer else val_ids, progress=False)
-    out = {"arm": arm, "seed": seed, "lr": lr, "steps": S, "evals": res.evals, "ledger": res.ledger,
-           "totals": res.totals, "schedule": growth.describe(sched), "seconds": time.perf_counter() - t0,
-           "train_loss": [r["loss"] for r in res.log], "mode": sched.mode, "timed": timed,
-           "machine": machine.describe(preset.device)}  # where its seconds were measured
+    res = train(model, sched, train_ids, cfg, val_ids=torch.tensor(ho["val_ids"]), progress=False)
+    out = {**_record(preset, res, arm, seed, lr, sched, timed=False), "seconds": time.perf_counter() - t0}
     if with_importance:
         t1 = time.perf_counter()
         imp = importance.measure(model.cpu(), torch.tensor(ho["imp_ids"]), ho["imp_doc"], preset.ablation)
         out["importance"] = {**imp, "seconds": time.perf_counter() - t1}
-        out["seconds"] = time.perf_counter() - t0  # the sweep ran alone too: seconds = training + sweep
-    return out, res.snapshots
+        out["seconds"] = time.perf_counter() - t0  # training, scoring and sweep
+    return out
 
 
-def train_timed(preset: GrowthPreset, arm: str, seed: int, lr: float, importance_=None, anti=None, *,
-                with_importance: bool = False) -> dict:
-    """Train one of the runs whose wall-clock is compared (G1c, G2), without evaluating it (cached as
-    ``growth-train``): the record, with the weights at every evaluation step (``snapshots``). Call it alone,
-    one thread; :func:`run_arm` with ``timed=True`` evaluates the snapshots later, in any process."""
-    sched = make_schedule(arm, preset, lr, importance_, anti)
-    key = _run_key(preset, arm, seed, lr, sched, importance=with_importance)
+def _record(preset: GrowthPreset, res, arm: str, seed: int, lr: float, sched: growth.Schedule, *,
+            timed: bool) -> dict:
+    """The JSON record of a finished run (:class:`layerlab.training.train.TrainResult` ``res``)."""
+    return {"arm": arm, "seed": seed, "lr": lr, "steps": sched.total_steps, "evals": res.evals,
+            "ledger": res.ledger, "totals": res.totals, "schedule": growth.describe(sched),
+            "train_loss": [r["loss"] for r in res.log], "mode": sched.mode, "timed": timed,
+            "weights": fingerprint(dict(res.model.state_dict())),
+            "machine": machine.describe(preset.device)}  # where its seconds were measured
+
+
+def train_pair(preset: GrowthPreset, seed: int, lr: float, importance_, anti) -> dict:
+    """GTT (phase order from ``importance_`` and ``anti``) and a repeat of the seed's uniform run, trained in
+    one process with their steps alternating (:func:`layerlab.training.train.train_interleaved`); cached as
+    ``growth-train``. Call it alone, one thread: these are the seconds G1c and G2 compare. Returns ``gtt``
+    (its record, unscored, with the weights at every evaluation step: ``snapshots``; :func:`run_arm` with
+    ``timed=True`` scores them later, in any process), ``uniform`` (the repeat's record; its ``evals`` carry
+    only the cumulative seconds at each evaluation step) and ``seconds`` (the pair's wall-clock)."""
+    scheds = {"gtt": make_schedule("gtt", preset, lr, importance_, anti),
+              "uniform": make_schedule("uniform", preset, lr)}
+    key = {arm: _run_key(preset, arm, seed, lr, sched) for arm, sched in scheds.items()}
 
     def compute() -> dict:
-        out, snapshots = _train(preset, sched, arm, seed, lr, timed=True, with_importance=with_importance,
-                                defer=True)
-        return {**out, "snapshots": snapshots}
+        from layerlab.training.train import TrainConfig, build_model, train_interleaved, train_steps
+
+        tok, train_ids, _ = _data(preset)
+        runs = []
+        for arm, sched in scheds.items():
+            cfg = TrainConfig(batch_size=preset.batch_size, seed=seed, defer_eval=arm == "gtt",
+                              eval_steps=_eval_steps(preset, sched.total_steps) if arm == "gtt" else ())
+            model = build_model(_spec(preset, len(tok)), seed=seed, dtype=preset.torch_dtype).to(preset.device)
+            runs.append(train_steps(model, sched, train_ids, cfg, progress=False))
+        t0 = time.perf_counter()
+        g, u = train_interleaved(runs)
+        seconds = time.perf_counter() - t0
+        cum = [0.0, *itertools.accumulate(r["wall"] for r in u.log)]  # the repeat's seconds after each step
+        uni = _record(preset, u, "uniform", seed, lr, scheds["uniform"], timed=True)
+        uni["evals"] = [{"step": k, "wall": cum[k]} for k in _eval_steps(preset, len(u.log))]
+        return {"gtt": {**_record(preset, g, "gtt", seed, lr, scheds["gtt"], timed=True),
+                        "seconds": g.totals["wall"], "snapshots": g.snapshots},
+                "uniform": {**uni, "seconds": u.totals["wall"]}, "seconds": seconds}
 
     return cached("growth-train", key, compute)
+
+
+def timed_uniform(pooled: dict, repeat: dict) -> dict:
+    """The seed's uniform record for the claims: the pooled run's scores and importance with the seconds of its
+    repeat, timed beside GTT (``totals``, ``ledger`` and every evaluation's cumulative ``wall``).
+    ``repeat_identical``: the repeat ended with the pooled run's weights, bit for bit; ``seconds``: the repeat's
+    training; ``pool_seconds``: the pooled run's training, scoring and sweep."""
+    wall = {e["step"]: e["wall"] for e in repeat["evals"]}
+    return {**pooled, "totals": repeat["totals"], "ledger": repeat["ledger"], "timed": True,
+            "evals": [{**e, "wall": wall[e["step"]]} for e in pooled["evals"]], "machine": repeat["machine"],
+            "repeat_identical": repeat["weights"] == pooled["weights"], "seconds": repeat["seconds"],
+            "pool_seconds": pooled["seconds"]}
 
 
 def run_arm(preset: GrowthPreset, arm: str, seed: int, lr: float, importance_=None, anti=None, *,
             steps: int | None = None, timed: bool = False, with_importance: bool = False,
             threads: int | None = None) -> dict:
     """One arm x seed (cached): per-eval tokens, FLOPs, wall-clock and per-window held-out NLL.
-    ``timed``: the run is one of the sequential, alone-timed ones (part of the key): it was trained by
-    :func:`train_timed` and only its evaluation runs here (``eval_seconds``). ``with_importance``: also
-    measure the ablation profile of the trained model (uniform only)."""
-    if timed and steps is not None:
-        raise ValueError("a timed run trains the preset's full budget (train_timed): pass steps=None")
+    ``timed``: GTT trained by :func:`train_pair` beside a repeat of uniform training (part of the key); only its
+    scoring runs here (``eval_seconds``). ``with_importance``: also measure the ablation profile of the trained
+    model (uniform only)."""
+    if timed and (steps is not None or arm != "gtt"):
+        raise ValueError("a timed run is GTT trained at the preset's full budget beside uniform training "
+                         f"(train_pair): pass arm='gtt' and steps=None, not arm={arm!r} and steps={steps}")
     sched = make_schedule(arm, preset, lr, importance_, anti, steps)
     key = _run_key(preset, arm, seed, lr, sched, timed=timed, importance=with_importance)
 
@@ -217,9 +259,8 @@ def run_arm(preset: GrowthPreset, arm: str, seed: int, lr: float, importance_=No
         if threads:
             torch.set_num_threads(threads)
         if not timed:
-            return _train(preset, sched, arm, seed, lr, timed=False, with_importance=with_importance,
-                          defer=False)[0]
-        trained = train_timed(preset, arm, seed, lr, importance_, anti, with_importance=with_importance)
+            return _train(preset, sched, arm, seed, lr, with_importance=with_importance)
+        trained = train_pair(preset, seed, lr, importance_, anti)["gtt"]
         tok, _, ho = _data(preset)
         t0 = time.perf_counter()
         model = build_model(_spec(preset, len(tok)), seed=seed, dtype=preset.torch_dtype).to(preset.device)
@@ -263,36 +304,43 @@ def select_lr(sweep: list[dict]) -> float:
 
 
 def run_comparison(preset: GrowthPreset, *, workers: int | None = None) -> dict:
-    """The whole experiment for ``preset``: LR sweep, then per seed the timed uniform + importance + GTT,
-    then the baselines and the two uniform controls."""
+    """The whole experiment for ``preset`` (module docstring): LR sweep; uniform runs with their importance, and
+    the baselines, in parallel; per seed GTT beside a repeat of uniform training, alone; then GTT's scoring and
+    the two uniform controls, in parallel."""
     workers = preset.workers if workers is None else workers
     t0 = time.perf_counter()
     tok, _, ho = _data(preset)
     vocab = len(tok)
     sweep = _parallel(preset, [(("uniform", preset.seeds[0], lr), {}) for lr in preset.lr_sweep], workers)
     lr = select_lr(sweep)
-    profiles, jobs, controls = {}, [], []
-    for s in preset.seeds:  # alone, in sequence: these wall-clocks are compared (G1c, G2); evaluated later
-        u = _alone(lambda s=s: train_timed(preset, "uniform", s, lr, with_importance=True))
-        prof = importance.profile(u["importance"]["per_doc"], seed=preset.boot_seed)
-        g = _alone(lambda s=s, prof=prof: train_timed(preset, "gtt", s, lr, prof["mean"], prof["anti"]))
-        jobs += [(("uniform", s, lr), {"timed": True, "with_importance": True}),
-                 (("gtt", s, lr, prof["mean"], prof["anti"]), {"timed": True})]
-        profiles[s] = prof
+    base = [(("uniform", s, lr), {"with_importance": True}) for s in preset.seeds]
+    base += [((arm, s, lr), {}) for s in preset.seeds for arm in preset.arms if arm not in ("uniform", "gtt")]
+    pooled = _parallel(preset, base, workers)
+    uni, others = pooled[:len(preset.seeds)], pooled[len(preset.seeds):]
+    profiles = {s: importance.profile(u["importance"]["per_doc"], seed=preset.boot_seed)
+                for s, u in zip(preset.seeds, uni)}
+    timed, jobs, controls = [], [], []
+    t1 = time.perf_counter()
+    for s, u in zip(preset.seeds, uni):  # alone, in sequence: these wall-clocks are compared (G1c, G2)
+        prof = profiles[s]
+        pair = _alone(lambda s=s, prof=prof: train_pair(preset, s, lr, prof["mean"], prof["anti"]))
+        timed.append(timed_uniform(u, pair["uniform"]))
+        jobs.append((("gtt", s, lr, prof["mean"], prof["anti"]), {"timed": True}))
         f_uni = planned_flops(preset, make_schedule("uniform", preset, lr), vocab)
         f_gtt = planned_flops(preset, make_schedule("gtt", preset, lr, prof["mean"], prof["anti"]), vocab)
         s_flops = max(2, int(round(preset.steps * f_gtt / f_uni)))
-        s_wall = max(2, int(round(preset.steps * g["totals"]["wall"] / u["totals"]["wall"])))
+        s_wall = max(2, int(round(preset.steps * pair["gtt"]["totals"]["wall"] / pair["uniform"]["totals"]["wall"])))
         controls += [(("uniform-flops", s, lr), {"steps": s_flops}), (("uniform-wall", s, lr), {"steps": s_wall})]
-        controls += [((arm, s, lr), {}) for arm in preset.arms if arm not in ("uniform", "gtt")]
+    timed_seconds = time.perf_counter() - t1
     done = _parallel(preset, controls + jobs, workers)  # the short scoring jobs last: the cores finish together
-    runs = done[len(controls):] + done[:len(controls)]  # the timed runs first, as they ran
+    gtt, controls_done = done[len(controls):], done[:len(controls)]
+    runs = [r for pair in zip(timed, gtt) for r in pair] + controls_done + others
     return {"profile": preset.profile, "preset": dataclasses.asdict(preset), "best_lr": lr,
             "sweep": [{"lr": r["lr"], "train_loss_last_quarter": last_quarter_loss(r),
                        "final_nll": analysis.final(r, ho["val_doc"])} for r in sweep],
             "profiles": {str(k): v for k, v in profiles.items()}, "runs": runs,
             "val_doc": ho["val_doc"], "val_docs": ho["val_docs"], "imp_docs": ho["imp_docs"],
-            "seconds": time.perf_counter() - t0}
+            "timed_seconds": timed_seconds, "seconds": time.perf_counter() - t0}
 
 
 # ----------------------------------------------------------------------------- the chapter's result
@@ -374,8 +422,10 @@ def assemble(preset: GrowthPreset, comp: dict, family: tuple[pd.DataFrame, pd.Da
         "val_windows": len(comp["val_doc"]),
         "imp_docs": u0["importance"]["docs"], "imp_windows": u0["importance"]["windows"],
         "anti_test": int(imp.anti.sum()), "anti_point": int(imp.point_negative.sum()), "layer_seeds": len(imp),
-        "train_minutes": sum(r["seconds"] + r.get("eval_seconds", 0.0) for r in comp["runs"]) / 60,
-        "timed_minutes": sum(r["seconds"] for r in comp["runs"] if r.get("timed")) / 60, **fam_numbers,
+        "train_minutes": sum(r["seconds"] + r.get("eval_seconds", 0.0) + r.get("pool_seconds", 0.0)
+                             for r in comp["runs"]) / 60,
+        "timed_minutes": comp["timed_seconds"] / 60, **fam_numbers,
+        "repeat_identical": sum(bool(r.get("repeat_identical")) for r in uni.values()),
     }
     return GrowthResult(
         provenance=prov, best_lr=comp["best_lr"], comparison=comp, sweep=sweep, importance=imp,
