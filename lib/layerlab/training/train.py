@@ -351,9 +351,8 @@ def train_steps(
     stop_after: int | None = None,
     progress: bool = True,
 ) -> Generator[int, None, TrainResult]:
-    """:func:`train` one update at a time: the inputs are checked now; the returned generator yields the step
-    count after each update (and once before the first) and returns the :class:`TrainResult`. For
-    :func:`train_interleaved`."""
+    """:func:`train` one update at a time, for :func:`train_interleaved`: the inputs are checked now, and the
+    returned generator yields the step count after each update and returns the :class:`TrainResult`."""
     from layerlab.core import arch
 
     L = arch.view(model).n_layers
