@@ -12,13 +12,13 @@ from safetensors.torch import load_file
 from torch.utils.flop_counter import FlopCounterMode
 
 from layerlab.training import growth
+from layerlab.training.checkpoints import list_checkpoints
 from layerlab.training.train import (
     ModelSpec,
     TrainConfig,
     build_model,
     evaluate_snapshots,
     flops_per_token,
-    list_checkpoints,
     log_steps,
     train,
     train_interleaved,

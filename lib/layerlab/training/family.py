@@ -37,6 +37,7 @@ import torch
 from layerlab.core import profiles
 from layerlab.core.cache import cached_tensors, entry_dir, entry_lock, fingerprint, mark_complete, write_json
 from layerlab.data.fetch import data_fingerprint
+from layerlab.training.checkpoints import load_weights
 from layerlab.training.train import (
     ModelSpec,
     TrainConfig,
@@ -44,7 +45,6 @@ from layerlab.training.train import (
     build_model,
     default_device,
     eval_nll,
-    load_weights,
     log_steps,
     train,
 )

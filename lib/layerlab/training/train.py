@@ -32,11 +32,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from layerlab.core.cache import atomic_write, write_json
+from layerlab.training.checkpoints import list_checkpoints, load_weights, opt_tensors, save_checkpoint
 from layerlab.training.growth import Schedule, apply_init, only_layers, set_trainable
 
 
@@ -177,48 +177,6 @@ def batch_rows(n_rows: int, batch_size: int, seed: int, step: int) -> Tensor:
     """Row indices of the global batch for ``step``: a function of (seed, step) only. [B]"""
     g = torch.Generator().manual_seed(1_000_003 * (seed + 1) + step)
     return torch.randint(n_rows, (batch_size,), generator=g)
-
-
-# ----------------------------------------------------------------------------- checkpoints
-
-
-def _opt_tensors(opt: torch.optim.Optimizer, names: dict[nn.Parameter, str]) -> dict[str, Tensor]:
-    out = {}
-    for p, st in opt.state.items():
-        for k, v in st.items():
-            out[f"{names[p]}::{k}"] = v.detach().cpu().clone() if torch.is_tensor(v) else torch.tensor(v)
-    return out
-
-
-def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt_state: dict[str, Tensor], meta: dict) -> Path:
-    """Write ``run_dir/ckpt-{step:06d}/{model,optimizer}.safetensors`` + ``state.json`` atomically."""
-    d = Path(run_dir) / f"ckpt-{step:06d}"
-    d.mkdir(parents=True, exist_ok=True)
-    with atomic_write(d / "model.safetensors") as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp))
-    with atomic_write(d / "optimizer.safetensors") as tmp:
-        save_file({k: v.contiguous() for k, v in opt_state.items()}, str(tmp))
-    write_json(d / "state.json", {"step": step, **meta})  # written last: marks the checkpoint complete
-    return d
-
-
-def list_checkpoints(run_dir: Path) -> list[int]:
-    """Steps of the complete checkpoints under ``run_dir``."""
-    run_dir = Path(run_dir)
-    if not run_dir.exists():
-        return []
-    return sorted(int(p.name[5:]) for p in run_dir.glob("ckpt-*") if (p / "state.json").exists())
-
-
-def load_weights(model: nn.Module, run_dir: Path, step: int) -> nn.Module:
-    """Load the weights of checkpoint ``step`` into ``model`` (safetensors, strict)."""
-    path = Path(run_dir) / f"ckpt-{step:06d}" / "model.safetensors"
-    if not path.exists():
-        raise FileNotFoundError(f"no checkpoint at step {step} in {run_dir}: available {list_checkpoints(run_dir)}")
-    sd = load_file(str(path))
-    model.load_state_dict({k: v.to(next(model.parameters()).dtype) if v.is_floating_point() else v
-                           for k, v in sd.items()})
-    return model
 
 
 # ----------------------------------------------------------------------------- training
@@ -391,7 +349,7 @@ def train_steps(
             return
         state = dict(opt_state)
         if opt is not None:
-            state.update(_opt_tensors(opt, names))
+            state.update(opt_tensors(opt, names))
         save_checkpoint(run_dir, step, model, state, {**meta_static, "log": log, "evals": evals})
 
     def evaluate(step: int, active: set[int]) -> None:
@@ -427,7 +385,7 @@ def train_steps(
                     for layer in sorted(newly):
                         apply_init(model, layer, phase, before, gen)
                 if opt is not None:
-                    opt_state.update(_opt_tensors(opt, names))
+                    opt_state.update(opt_tensors(opt, names))
                 set_trainable(model, phase)
                 params = [p for p in model.parameters() if p.requires_grad]
                 decay = [p for p in params if p.ndim >= 2]
