@@ -255,28 +255,10 @@ def _ledger(log: list[dict], n_phases: int) -> tuple[list[dict], dict]:
     return rows, totals
 
 
-def train(
-    model: nn.Module,
-    schedule: Schedule,
-    train_ids: Tensor,
-    config: TrainConfig,
-    *,
-    val_ids: Tensor | None = None,
-    run_dir: str | os.PathLike | None = None,
-    resume: bool = True,
-    stop_after: int | None = None,
-    progress: bool = True,
-) -> TrainResult:
-    """Train ``model`` in place following ``schedule`` on windows ``train_ids`` [N, T].
-
-    Checkpoints (``config.checkpoints``) go to ``run_dir``; with ``resume`` the latest complete
-    checkpoint there is loaded first and training continues exactly. ``stop_after`` ends the run
-    after that many total steps (used to test resumption). Validation NLL (nats) is measured
-    on ``val_ids`` at ``config.eval_steps``; with ``config.defer_eval`` the weights there are kept instead
-    (``TrainResult.snapshots``), for :func:`evaluate_snapshots` to measure later in another process.
-    """
-    return train_interleaved([train_steps(model, schedule, train_ids, config, val_ids=val_ids, run_dir=run_dir,
-                                          resume=resume, stop_after=stop_after, progress=progress)])[0]
+def train(model: nn.Module, schedule: Schedule, train_ids: Tensor, config: TrainConfig, **options) -> TrainResult:
+    """Train ``model`` in place following ``schedule`` on windows ``train_ids`` [N, T]; ``options`` (``val_ids``,
+    ``run_dir``, ``resume``, ``stop_after``, ``progress``) as in :func:`train_steps`, which describes them."""
+    return train_interleaved([train_steps(model, schedule, train_ids, config, **options)])[0]
 
 
 def train_interleaved(runs: Sequence[Generator[int, None, TrainResult]]) -> list[TrainResult]:
@@ -310,7 +292,14 @@ def train_steps(
     progress: bool = True,
 ) -> Generator[int, None, TrainResult]:
     """:func:`train` one update at a time, for :func:`train_interleaved`: the inputs are checked now, and the
-    returned generator yields the step count after each update and returns the :class:`TrainResult`."""
+    returned generator yields the step count after each update and returns the :class:`TrainResult`.
+
+    Checkpoints (``config.checkpoints``) go to ``run_dir``; with ``resume`` the latest complete
+    checkpoint there is loaded first and training continues exactly. ``stop_after`` ends the run
+    after that many total steps (used to test resumption). Validation NLL (nats) is measured
+    on ``val_ids`` at ``config.eval_steps``; with ``config.defer_eval`` the weights there are kept instead
+    (``TrainResult.snapshots``), for :func:`evaluate_snapshots` to measure later in another process.
+    """
     from layerlab.core import arch
 
     L = arch.view(model).n_layers
