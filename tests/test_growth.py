@@ -243,6 +243,7 @@ def test_run_smoke_is_cached_and_typed():
 
     timed = [r for r in a.comparison["runs"] if r["timed"]]
     assert [r["arm"] for r in timed] == ["uniform", "gtt"] * len(preset("smoke").seeds)
+    pair_seconds = 0.0
     for u, g in zip(timed[::2], timed[1::2]):
         assert [e["step"] for e in g["evals"]] == list(_eval_steps(preset("smoke"), g["steps"]))
         assert g["eval_seconds"] > 0 and all(len(e["windows"]) == a.numbers["val_windows"] for e in g["evals"])
@@ -253,7 +254,10 @@ def test_run_smoke_is_cached_and_typed():
         assert [e["wall"] for e in u["evals"]] == [e["wall"] for e in pair["uniform"]["evals"]]
         assert u["evals"][-1]["wall"] == pytest.approx(u["totals"]["wall"])
         assert pair["seconds"] >= u["totals"]["wall"] + g["totals"]["wall"]
+        pair_seconds += pair["seconds"]
     assert a.numbers["repeat_identical"] == len(preset("smoke").seeds)
+    # the page's "minutes training alone" are the pairs' own seconds, also when the pairs came from the cache
+    assert a.numbers["timed_minutes"] == pytest.approx(pair_seconds / 60)
 
 
 def test_a_timed_run_refuses_a_shorter_budget_or_another_arm():

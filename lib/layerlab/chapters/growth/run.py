@@ -319,22 +319,21 @@ def run_comparison(preset: GrowthPreset, *, workers: int | None = None) -> dict:
     uni, others = pooled[:len(preset.seeds)], pooled[len(preset.seeds):]
     profiles = {s: importance.profile(u["importance"]["per_doc"], seed=preset.boot_seed)
                 for s, u in zip(preset.seeds, uni)}
-    timed, jobs, controls = [], [], []
-    t1 = time.perf_counter()
+    timed, jobs, controls, timed_seconds = [], [], [], 0.0
     for s, u in zip(preset.seeds, uni):  # alone, in sequence: these wall-clocks are compared (G1c, G2)
         prof = profiles[s]
         pair = _alone(lambda s=s, prof=prof: train_pair(preset, s, lr, prof["mean"], prof["anti"]))
         timed.append(timed_uniform(u, pair["uniform"]))
+        timed_seconds += pair["seconds"]  # as measured when it trained (a cached pair keeps its seconds)
         jobs.append((("gtt", s, lr, prof["mean"], prof["anti"]), {"timed": True}))
         f_uni = planned_flops(preset, make_schedule("uniform", preset, lr), vocab)
         f_gtt = planned_flops(preset, make_schedule("gtt", preset, lr, prof["mean"], prof["anti"]), vocab)
         s_flops = max(2, int(round(preset.steps * f_gtt / f_uni)))
         s_wall = max(2, int(round(preset.steps * pair["gtt"]["totals"]["wall"] / pair["uniform"]["totals"]["wall"])))
         controls += [(("uniform-flops", s, lr), {"steps": s_flops}), (("uniform-wall", s, lr), {"steps": s_wall})]
-    timed_seconds = time.perf_counter() - t1
     done = _parallel(preset, controls + jobs, workers)  # the short scoring jobs last: the cores finish together
     gtt, controls_done = done[len(controls):], done[:len(controls)]
-    runs = [r for pair in zip(timed, gtt) for r in pair] + controls_done + others
+    runs = [r for both in zip(timed, gtt) for r in both] + controls_done + others
     return {"profile": preset.profile, "preset": dataclasses.asdict(preset), "best_lr": lr,
             "sweep": [{"lr": r["lr"], "train_loss_last_quarter": last_quarter_loss(r),
                        "final_nll": analysis.final(r, ho["val_doc"])} for r in sweep],
