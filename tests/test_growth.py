@@ -248,6 +248,7 @@ def test_run_smoke_is_cached_and_typed():
         assert [e["step"] for e in g["evals"]] == list(_eval_steps(preset("smoke"), g["steps"]))
         assert g["eval_seconds"] > 0 and all(len(e["windows"]) == a.numbers["val_windows"] for e in g["evals"])
         assert u["repeat_identical"] and u["seed"] == g["seed"]
+        assert u["at_once"] == g["at_once"] == 1  # smoke: one worker, so one pair at a time
         prof = a.comparison["profiles"][str(u["seed"])]
         pair = train_pair(preset("smoke"), u["seed"], a.best_lr, prof["mean"], prof["anti"])  # cached
         assert u["totals"] == pair["uniform"]["totals"] and g["totals"] == pair["gtt"]["totals"]
@@ -258,6 +259,30 @@ def test_run_smoke_is_cached_and_typed():
     assert a.numbers["repeat_identical"] == len(preset("smoke").seeds)
     # the page's "minutes training alone" are the pairs' own seconds, also when the pairs came from the cache
     assert a.numbers["timed_minutes"] == pytest.approx(pair_seconds / 60)
+
+
+def test_timed_pairs_train_two_at_a_time_and_say_so():
+    """With two workers the timed pairs (GTT beside a uniform repeat) train two at a time, one process each. Their
+    records say so, and so do the wall-clock rows' notes and the page; the repeat, trained in another process
+    beside another pair, still ends with the weights of the seed's pooled uniform run, bit for bit."""
+    from types import SimpleNamespace
+
+    from layerlab.chapters.growth import analysis, preset, prose
+    from layerlab.chapters.growth.run import run_comparison
+
+    p = preset("smoke", seeds=(11, 12))  # seeds of their own: nothing of this is in the cache yet
+    comp = run_comparison(p, workers=2)
+    timed = [r for r in comp["runs"] if r["timed"]]
+    assert [r["arm"] for r in timed] == ["uniform", "gtt"] * 2
+    assert all(r["at_once"] == 2 for r in timed) and analysis.timed_at_once(comp) == [2]
+    assert all(r["repeat_identical"] for r in timed if r["arm"] == "uniform")
+    assert comp["timed_seconds"] >= sum(r["totals"]["wall"] for r in timed)
+    assert analysis.timing_phrase(comp).endswith("2 seeds at a time (one process per seed)")
+    assert prose.pairs_clause(SimpleNamespace(comparison=comp)).startswith("2 seeds at a time, one process")
+    one_pair = analysis.timed_at_once({"runs": [{**timed[0], "at_once": 1}]})
+    alone = {"runs": [{"timed": True}]}  # a record made before pairs ran side by side
+    assert one_pair == [1] and analysis.timing_phrase(alone).startswith("alone")
+    assert prose.pairs_clause(SimpleNamespace(comparison=alone)).startswith("one seed at a time")
 
 
 def test_a_timed_run_refuses_a_shorter_budget_or_another_arm():

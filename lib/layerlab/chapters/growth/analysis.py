@@ -86,8 +86,8 @@ def paired(comp: dict, a: str, b: str, stat) -> tuple[list[int], np.ndarray, np.
 
 
 def step_time_saving(comp: dict) -> tuple[list[int], np.ndarray, np.ndarray]:
-    """Per seed: measured 1 - wall(GTT)/wall(uniform) (same steps, timed alone with their steps alternating:
-    :func:`layerlab.chapters.growth.run.train_pair`) and the counted
+    """Per seed: measured 1 - wall(GTT)/wall(uniform) (same steps, timed in one process with their steps
+    alternating: :func:`layerlab.chapters.growth.run.train_pair`) and the counted
     1 - FLOPs(GTT)/FLOPs(uniform) of the ledger. Returns (seeds, wall [S], flops [S]), in %."""
     g, u = by_seed(comp, "gtt"), by_seed(comp, "uniform")
     seeds = sorted(set(g) & set(u))
@@ -136,6 +136,23 @@ def arm_table(comp: dict):
                      "seconds": np.mean([r["totals"]["wall"] for r in rs]),
                      "NLL": f.mean(), "NLL min": f.min(), "NLL max": f.max()})
     return pd.DataFrame(rows)
+
+
+def timed_at_once(comp: dict) -> list[int]:
+    """How many timed pairs (GTT beside a uniform repeat) trained at the same time, one process each, as the timed
+    runs recorded it, in order of first appearance (1 for records made before pairs ran side by side)."""
+    return list(dict.fromkeys(int(r.get("at_once", 1)) for r in comp["runs"] if r.get("timed")))
+
+
+def timing_phrase(comp: dict) -> str:
+    """How GTT and its uniform repeat were timed, for the wall-clock rows' notes and the page: "alone, in one
+    process with their steps alternating" or "in one process with their steps alternating, 2 seeds at a time
+    (one process per seed)"."""
+    ks = timed_at_once(comp)
+    if ks in ([], [1]):
+        return "alone, in one process with their steps alternating"
+    return (f"in one process with their steps alternating, {' or '.join(map(str, ks))} seeds at a time "
+            "(one process per seed)")
 
 
 def timed_on(comp: dict) -> list[str]:

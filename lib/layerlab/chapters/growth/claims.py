@@ -118,8 +118,8 @@ def claims(result: GrowthResult) -> list[Claim]:
                   paper="not reported", tag="reconstructed",
                   null="ΔNLL = 0; uniform on its own cosine schedule of "
                   f"{mean_steps.get('uniform-wall', 0)} steps (GTT's measured seconds): " + "{b:.3f} nats", seed=s,
-                  note="steps = GTT's seconds / uniform's seconds per step, per seed, both timed in one process with "
-                  "their steps alternating" + where),
+                  note="steps = GTT's seconds / uniform's seconds per step, per seed, both timed "
+                  + analysis.timing_phrase(comp) + where),
     ]
     if {"gtt", "uniform"} <= runs:
         _, wall, flops = analysis.step_time_saving(comp)
@@ -128,8 +128,8 @@ def claims(result: GrowthResult) -> list[Claim]:
                              null=f"{CLAIM_FRACTION * PAPER_SPEEDUP:.1f}% ({CLAIM_FRACTION:.0%} of the claimed 13%); "
                              f"frozen layers save {np.mean(flops):.1f}% "
                              "of the FLOPs per step by construction",
-                             note="1 − wall(GTT)/wall(uniform), same seed, timed alone in one process with their steps "
-                             "alternating (%)" + where))
+                             note="1 − wall(GTT)/wall(uniform), same seed, timed " + analysis.timing_phrase(comp)
+                             + " (%)" + where))
         cs = analysis.cost_savings(comp)
         out.append(_size_row(cs["full"], id="G3", claim="GTT reaches the same quality at much lower cost",
                              paper="~54% cost reduction", tag="paper", claimed=PAPER_SAVING, seed=s,

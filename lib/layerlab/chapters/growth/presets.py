@@ -42,7 +42,8 @@ class GrowthPreset(Preset):
     imp_windows_per_doc: int = 8
     ablation: str = "neighbour_avg"
     arms: tuple[str, ...] = ARMS
-    workers: int = 1  # processes for the runs whose wall-clock no claim uses (GTT and uniform run alone)
+    workers: int = 1  # parallel processes: for the runs whose wall-clock no claim uses, and for the timed pairs
+    # (GTT beside a uniform repeat, run.train_pair), which then train that many at a time with nothing else beside
     warmup: int = 0
     boot_seed: int = 0  # seed of the Monte-Carlo tests (not of training: that is ``seeds``)
 

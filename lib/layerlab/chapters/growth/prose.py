@@ -58,6 +58,15 @@ def budget_sentence(result: GrowthResult) -> str:
     return "; ".join(parts) + ". The rows differ because these budgets differ."
 
 
+def pairs_clause(result: GrowthResult) -> str:
+    """How many timed pairs (GTT beside its uniform repeat) trained at once, as their records say."""
+    ks = analysis.timed_at_once(result.comparison)
+    if ks in ([], [1]):
+        return "one seed at a time, one thread, with nothing else of the chapter running"
+    return (f"{' or '.join(map(str, ks))} seeds at a time, one process and one thread each, with nothing else of "
+            "the chapter running beside them")
+
+
 def machine_sentence(result: GrowthResult) -> str:
     """Where the seconds behind the wall-clock rows (G1c, G2) were measured, whether the uniform repeat timed
     beside GTT did the pooled uniform run's work bit for bit, and what that means for a rerun."""

@@ -6,17 +6,19 @@ Protocol [reconstructed]: one architecture (a small Llama-style decoder, ``prese
 the family's BPE tokenizer and training windows; held-out text = every document of the validation and
 test splits (never a training document), ``windows_per_doc`` windows of each.
 1. Learning-rate sweep of the uniform baseline (seed 0), chosen by the training loss of the last quarter
-   of its steps (fresh batches; the held-out documents are not used to tune anything).
+   of its steps (fresh batches; the held-out documents are not used to tune anything). Each sweep run also
+   measures its importance profile, so that step 2 finds seed 0's run at the chosen rate in the cache.
 2. In parallel processes: every seed's uniform run and the ablation sweep of its trained layers on training
    documents (:mod:`layerlab.chapters.growth.importance`), together with stacking and MSLT (no claim uses
    their wall-clock).
-3. For every seed, *alone and in sequence* (one process, one thread, nothing else of the chapter running):
-   GTT with the phase order of that seed's profile, and a repeat of the seed's uniform run, their steps
-   alternating (:func:`train_pair`, :func:`layerlab.training.train.train_interleaved`), so that a machine
-   whose speed drifts over seconds slows both alike. The repeat does the uniform run's work again (its final
-   weights are compared with the pooled run's, ``repeat_identical``) and gives the uniform seconds that G1c
-   and G2 compare with GTT's. GTT's full cost is the uniform run + the sweep + GTT. GTT keeps its weights at
-   each evaluation step; its held-out scoring waits for step 4, so the second core is not left idle.
+3. For every seed, GTT with the phase order of that seed's profile and a repeat of the seed's uniform run, in one
+   process, one thread, their steps alternating (:func:`train_pair`,
+   :func:`layerlab.training.train.train_interleaved`), so that a machine whose speed drifts over seconds slows
+   both alike. ``workers`` such pairs train at a time, one process each, and nothing else of the chapter runs
+   beside them: every timed step shares the machine with the same kind of work. The repeat does the uniform
+   run's work again (its final weights are compared with the pooled run's, ``repeat_identical``) and gives the
+   uniform seconds that G1c and G2 compare with GTT's. GTT's full cost is the uniform run + the sweep + GTT.
+   GTT keeps its weights at each evaluation step; its held-out scoring waits for step 4.
 4. In parallel processes: the scoring of GTT (bit-identical to scoring it inline), and the two uniform
    controls of every seed, on their own cosine schedules of as many steps as GTT's FLOPs buy
    (``uniform-flops``) or as GTT's measured seconds buy at the uniform repeat's measured step time
@@ -32,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,13 +197,17 @@ def _record(preset: GrowthPreset, res, arm: str, seed: int, lr: float, sched: gr
             "machine": machine.describe(preset.device)}  # where its seconds were measured
 
 
-def train_pair(preset: GrowthPreset, seed: int, lr: float, importance_, anti) -> dict:
+def train_pair(preset: GrowthPreset, seed: int, lr: float, importance_, anti, *, at_once: int = 1,
+               threads: int | None = None) -> dict:
     """GTT (phase order from ``importance_`` and ``anti``) and a repeat of the seed's uniform run, trained in
     one process with their steps alternating (:func:`layerlab.training.train.train_interleaved`); cached as
-    ``growth-train``. Call it alone, one thread: these are the seconds G1c and G2 compare. Returns ``gtt``
-    (its record, unscored, with the weights at every evaluation step: ``snapshots``; :func:`run_arm` with
-    ``timed=True`` scores them later, in any process), ``uniform`` (the repeat's record; its ``evals`` carry
-    only the cumulative seconds at each evaluation step) and ``seconds`` (the pair's wall-clock)."""
+    ``growth-train``. These are the seconds G1c and G2 compare: run it with nothing else beside it but other
+    pairs. ``at_once``: how many pairs train at the same time, one process each (recorded with the seconds as
+    ``at_once``; not part of the key: it changes no weight). ``threads``: torch threads of this process.
+    Returns ``gtt`` (its record, unscored, with the weights at every evaluation step: ``snapshots``;
+    :func:`run_arm` with ``timed=True`` scores them later, in any process), ``uniform`` (the repeat's record; its
+    ``evals`` carry only the cumulative seconds at each evaluation step) and ``seconds`` (the pair's
+    wall-clock)."""
     scheds = {"gtt": make_schedule("gtt", preset, lr, importance_, anti),
               "uniform": make_schedule("uniform", preset, lr)}
     key = {arm: _run_key(preset, arm, seed, lr, sched) for arm, sched in scheds.items()}
@@ -208,6 +215,8 @@ def train_pair(preset: GrowthPreset, seed: int, lr: float, importance_, anti) ->
     def compute() -> dict:
         from layerlab.training.train import TrainConfig, build_model, train_interleaved, train_steps
 
+        if threads:
+            torch.set_num_threads(threads)
         tok, train_ids, _ = _data(preset)
         runs = []
         for arm, sched in scheds.items():
@@ -222,8 +231,8 @@ def train_pair(preset: GrowthPreset, seed: int, lr: float, importance_, anti) ->
         uni = _record(preset, u, "uniform", seed, lr, scheds["uniform"], timed=True)
         uni["evals"] = [{"step": k, "wall": cum[k]} for k in _eval_steps(preset, len(u.log))]
         return {"gtt": {**_record(preset, g, "gtt", seed, lr, scheds["gtt"], timed=True),
-                        "seconds": g.totals["wall"], "snapshots": g.snapshots},
-                "uniform": {**uni, "seconds": u.totals["wall"]}, "seconds": seconds}
+                        "seconds": g.totals["wall"], "snapshots": g.snapshots, "at_once": at_once},
+                "uniform": {**uni, "seconds": u.totals["wall"], "at_once": at_once}, "seconds": seconds}
 
     return cached("growth-train", key, compute)
 
@@ -237,7 +246,7 @@ def timed_uniform(pooled: dict, repeat: dict) -> dict:
     return {**pooled, "totals": repeat["totals"], "ledger": repeat["ledger"], "timed": True,
             "evals": [{**e, "wall": wall[e["step"]]} for e in pooled["evals"]], "machine": repeat["machine"],
             "repeat_identical": repeat["weights"] == pooled["weights"], "seconds": repeat["seconds"],
-            "pool_seconds": pooled["seconds"]}
+            "pool_seconds": pooled["seconds"], "at_once": repeat.get("at_once", 1)}
 
 
 def run_arm(preset: GrowthPreset, arm: str, seed: int, lr: float, importance_=None, anti=None, *,
@@ -271,15 +280,18 @@ def run_arm(preset: GrowthPreset, arm: str, seed: int, lr: float, importance_=No
     return cached_json("growth-run", key, compute)
 
 
-def _parallel(preset: GrowthPreset, jobs: list[tuple[tuple, dict]], workers: int) -> list[dict]:
-    """Runs whose wall-clock no claim uses: in ``workers`` single-threaded processes."""
+def _parallel(preset: GrowthPreset, jobs: list[tuple[tuple, dict]], workers: int,
+              fn: Callable[..., Any] | None = None) -> list:
+    """``fn(preset, *args, **kwargs)`` (default :func:`run_arm`) for every job, in ``workers`` single-threaded
+    processes (here, one thread, when ``workers`` <= 1 or there is one job)."""
+    fn = run_arm if fn is None else fn
     if workers <= 1 or len(jobs) <= 1:
-        return _alone(lambda: [run_arm(preset, *a, **k) for a, k in jobs])
+        return _alone(lambda: [fn(preset, *a, **k) for a, k in jobs])
     import concurrent.futures as cf
     import multiprocessing as mp
 
     with cf.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
-        futs = [ex.submit(run_arm, preset, *a, **{**k, "threads": 1}) for a, k in jobs]
+        futs = [ex.submit(fn, preset, *a, **{**k, "threads": 1}) for a, k in jobs]
         return [f.result() for f in futs]
 
 
@@ -305,13 +317,16 @@ def select_lr(sweep: list[dict]) -> float:
 
 def run_comparison(preset: GrowthPreset, *, workers: int | None = None) -> dict:
     """The whole experiment for ``preset`` (module docstring): LR sweep; uniform runs with their importance, and
-    the baselines, in parallel; per seed GTT beside a repeat of uniform training, alone; then GTT's scoring and
+    the baselines, in parallel; per seed GTT beside a repeat of uniform training, ``workers`` pairs at a time and
+    nothing else beside them; then GTT's scoring and
     the two uniform controls, in parallel."""
     workers = preset.workers if workers is None else workers
     t0 = time.perf_counter()
     tok, _, ho = _data(preset)
     vocab = len(tok)
-    sweep = _parallel(preset, [(("uniform", preset.seeds[0], lr), {}) for lr in preset.lr_sweep], workers)
+    # the sweep measures importance too: seed 0's uniform run at the chosen rate is then a cache hit below
+    sweep = _parallel(preset, [(("uniform", preset.seeds[0], lr), {"with_importance": True})
+                               for lr in preset.lr_sweep], workers)
     lr = select_lr(sweep)
     base = [(("uniform", s, lr), {"with_importance": True}) for s in preset.seeds]
     base += [((arm, s, lr), {}) for s in preset.seeds for arm in preset.arms if arm not in ("uniform", "gtt")]
@@ -319,12 +334,14 @@ def run_comparison(preset: GrowthPreset, *, workers: int | None = None) -> dict:
     uni, others = pooled[:len(preset.seeds)], pooled[len(preset.seeds):]
     profiles = {s: importance.profile(u["importance"]["per_doc"], seed=preset.boot_seed)
                 for s, u in zip(preset.seeds, uni)}
-    timed, jobs, controls, timed_seconds = [], [], [], 0.0
-    for s, u in zip(preset.seeds, uni):  # alone, in sequence: these wall-clocks are compared (G1c, G2)
+    # these wall-clocks are compared (G1c, G2): the pairs train ``workers`` at a time and alone otherwise
+    at_once = max(1, min(workers, len(preset.seeds)))
+    pairs = _parallel(preset, [((s, lr, profiles[s]["mean"], profiles[s]["anti"]), {"at_once": at_once})
+                               for s in preset.seeds], workers, train_pair)
+    timed, jobs, controls = [], [], []
+    for s, u, pair in zip(preset.seeds, uni, pairs):
         prof = profiles[s]
-        pair = _alone(lambda s=s, prof=prof: train_pair(preset, s, lr, prof["mean"], prof["anti"]))
         timed.append(timed_uniform(u, pair["uniform"]))
-        timed_seconds += pair["seconds"]  # as measured when it trained (a cached pair keeps its seconds)
         jobs.append((("gtt", s, lr, prof["mean"], prof["anti"]), {"timed": True}))
         f_uni = planned_flops(preset, make_schedule("uniform", preset, lr), vocab)
         f_gtt = planned_flops(preset, make_schedule("gtt", preset, lr, prof["mean"], prof["anti"]), vocab)
@@ -339,7 +356,7 @@ def run_comparison(preset: GrowthPreset, *, workers: int | None = None) -> dict:
                        "final_nll": analysis.final(r, ho["val_doc"])} for r in sweep],
             "profiles": {str(k): v for k, v in profiles.items()}, "runs": runs,
             "val_doc": ho["val_doc"], "val_docs": ho["val_docs"], "imp_docs": ho["imp_docs"],
-            "timed_seconds": timed_seconds, "seconds": time.perf_counter() - t0}
+            "timed_seconds": sum(p["seconds"] for p in pairs), "seconds": time.perf_counter() - t0}
 
 
 # ----------------------------------------------------------------------------- the chapter's result
