@@ -6,7 +6,8 @@ wall-clock, and the book's model family. The chapter protocol: ``PRESETS``, ``pr
 from layerlab.chapters.growth import plots
 from layerlab.chapters.growth.claims import claims
 from layerlab.chapters.growth.presets import PRESETS, GrowthPreset, describe, preset
-from layerlab.chapters.growth.run import GrowthResult, run
+from layerlab.chapters.growth.result import GrowthResult
+from layerlab.chapters.growth.run import run
 
 USES_FAMILY = True
 """``run`` loads the shared trained family (its table and checkpoint curves are part of the result)."""

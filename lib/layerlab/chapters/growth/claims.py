@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 import layerlab.chapters.growth.analysis as analysis
-from layerlab.chapters.growth.run import EARLY_FRAC, GrowthResult
+from layerlab.chapters.growth.result import GrowthResult
+from layerlab.chapters.growth.run import EARLY_FRAC
 from layerlab.report.claims import Claim, render
 from layerlab.report.inference import mean_effect, paired_difference
 from layerlab.report.verdicts import Direction, missing

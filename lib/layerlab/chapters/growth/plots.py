@@ -1,13 +1,13 @@
 """Figures of the growth chapter (Wietrzykowski 2026, arXiv:2603.19348, findings 5-6: GTT against
 uniform training, stacking and MSLT), and of the book's model family. Each function takes a
-:class:`~layerlab.chapters.growth.run.GrowthResult` and returns the Figure (transparent background)."""
+:class:`~layerlab.chapters.growth.result.GrowthResult` and returns the Figure (transparent background)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from layerlab.chapters.growth.analysis import AXES
-from layerlab.chapters.growth.run import GrowthResult
+from layerlab.chapters.growth.result import GrowthResult
 from layerlab.report.plots import use_style
 
 __all__ = ["fig_curves", "fig_family", "fig_importance", "fig_seeds", "use_style"]

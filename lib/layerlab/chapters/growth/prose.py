@@ -9,7 +9,7 @@ import numpy as np
 import layerlab.chapters.growth.analysis as analysis
 from layerlab.chapters.growth.claims import CLAIM_FRACTION, MIN_EFFECT
 from layerlab.chapters.growth.claims import table as claim_table
-from layerlab.chapters.growth.run import GrowthResult
+from layerlab.chapters.growth.result import GrowthResult
 from layerlab.report.claims import fmt
 
 __all__ = ["anti_sentence", "budget_sentence", "claim_table", "cost_sentence", "compact",
