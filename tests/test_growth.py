@@ -237,6 +237,15 @@ def test_run_smoke_is_cached_and_typed():
     assert a.numbers["val_docs"] >= 8
     assert (a.arms.seeds == len(preset("smoke").seeds)).all()
     assert set(a.arms.arm) == {"uniform", "gtt", "stacking", "mslt", "uniform-flops", "uniform-wall"}
+    # the page's arm table gives training FLOPs in TFLOPs: the mean over seeds of each run's ledger / 1e12
+    from layerlab.chapters.growth import prose
+
+    shown = prose.arm_table(a)
+    assert "PFLOPs" not in shown.to_html()
+    for arm in ("uniform", "gtt"):
+        ledgers = [r["totals"]["flops"] for r in a.comparison["runs"] if r["arm"] == arm]
+        assert len(ledgers) == len(preset("smoke").seeds)
+        assert shown.data.set_index("arm").loc[arm, "TFLOPs"] == pytest.approx(np.mean(ledgers) / 1e12)
     # GTT was trained beside a repeat of uniform training and scored afterwards, at every evaluation step; the
     # uniform record keeps the pooled run's scores with the repeat's seconds, and the repeat did the same work
     from layerlab.chapters.growth.run import _eval_steps, train_pair

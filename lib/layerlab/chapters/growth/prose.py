@@ -99,6 +99,14 @@ def cost_sentence(result: GrowthResult) -> str:
             f"{fmt(np.mean(cs['cost_gtt_full']) / 1e12)} TFLOPs.")
 
 
+def arm_table(result: GrowthResult):
+    """:attr:`GrowthResult.arms` as the page shows it: training FLOPs in TFLOPs (10^12; a run here is a
+    fraction of a PFLOP), every float to three significant digits."""
+    arms = result.arms.copy()
+    arms.insert(arms.columns.get_loc("PFLOPs"), "TFLOPs", arms.pop("PFLOPs") * 1e3)
+    return compact(arms)
+
+
 def compact(df, digits: int = 3):
     """A table as the page shows it: no index, floats to ``digits`` significant digits."""
     import pandas as pd
