@@ -304,3 +304,51 @@ def test_a_timed_run_refuses_a_shorter_budget_or_another_arm():
         run_arm(preset("smoke"), "gtt", 0, 1e-2, [0.0] * preset("smoke").depth, [], steps=5, timed=True)
     with pytest.raises(ValueError, match="arm='uniform'"):
         run_arm(preset("smoke"), "uniform", 0, 1e-2, timed=True)
+
+
+def test_lr_ladder_steps_beyond_an_edge():
+    """``beyond`` walks the 1-3-10 ladder the presets' grids are drawn from, from on or between its rungs."""
+    from layerlab.chapters.growth.run import beyond
+
+    assert beyond(3e-3, down=True) == 1e-3 and beyond(1e-3, down=True) == 3e-4
+    assert beyond(3e-2, down=False) == 1e-1 and beyond(1e-2, down=False) == 3e-2
+    assert beyond(2e-3, down=True) == 1e-3 and beyond(2e-3, down=False) == 3e-3
+
+
+@pytest.mark.parametrize("optimum, added, bracketed", [
+    (1e-2, [], True),               # inside the grid: nothing added
+    (2e-3, [1e-3], True),           # one rate below the edge brackets it
+    (1e-5, [1e-3, 3e-4], False),   # still at the edge after lr_extend = 2 additions
+    (1.0, [1e-1, 3e-1], False),    # the other side
+])
+def test_the_sweep_extends_beyond_an_edge_optimum(monkeypatch, optimum, added, bracketed):
+    """A best rate at the grid's edge adds the next rung beyond it, at most ``lr_extend`` times, and the page
+    says which rates were added and whether the sweep brackets its optimum (training replaced by a loss that
+    is a bowl in log(lr) around ``optimum``)."""
+    import importlib
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from layerlab.chapters.growth import preset, prose
+
+    run = importlib.import_module("layerlab.chapters.growth.run")  # the package's ``run`` is the function
+
+    p = preset("smoke", lr_sweep=(3e-3, 1e-2, 3e-2))
+    calls = []
+
+    def fake(preset_, jobs, workers, fn=None):
+        calls.append([a[2] for a, _ in jobs])
+        return [{"lr": a[2], "train_loss": [(np.log10(a[2]) - np.log10(optimum)) ** 2] * 4} for a, _ in jobs]
+
+    monkeypatch.setattr(run, "_parallel", fake)
+    sweep = run.sweep_lr(p, workers=2)
+    assert calls[0] == [3e-3, 1e-2, 3e-2] and [c for call in calls[1:] for c in call] == added
+    lrs, best = sorted(r["lr"] for r in sweep), run.select_lr(sweep)
+    assert (best not in (lrs[0], lrs[-1])) == bracketed
+    res = SimpleNamespace(sweep=pd.DataFrame(sweep), comparison={"preset": {"lr_sweep": list(p.lr_sweep)}},
+                          numbers={"best_lr": best, "lr_min": lrs[0], "lr_max": lrs[-1],
+                                   "lr_at_edge": best in (lrs[0], lrs[-1])})
+    text = prose.lr_sentence(res)
+    assert ("brackets its optimum" in text) == bracketed and ("does not bracket" in text) == (not bracketed)
+    assert ("added" in text) == bool(added) and all(f"{x:g}" in text for x in added)

@@ -33,7 +33,7 @@ class GrowthPreset(Preset):
     width: int
     steps: int
     seeds: tuple[int, ...]
-    lr_sweep: tuple[float, ...]
+    lr_sweep: tuple[float, ...]  # the rates always tried; run.sweep_lr adds rates beyond an edge optimum
     n_evals: int  # evaluation points after step 0
     batch_size: int
     windows_per_doc: int = 32  # held-out windows per document (fewer if a document is shorter)
@@ -45,6 +45,7 @@ class GrowthPreset(Preset):
     workers: int = 1  # parallel processes: for the runs whose wall-clock no claim uses, and for the timed pairs
     # (GTT beside a uniform repeat, run.train_pair), which then train that many at a time with nothing else beside
     warmup: int = 0
+    lr_extend: int = 2  # at most this many rates added beyond the grid's edge while the best rate sits on it
     boot_seed: int = 0  # seed of the Monte-Carlo tests (not of training: that is ``seeds``)
 
 

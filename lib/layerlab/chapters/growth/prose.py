@@ -22,16 +22,22 @@ def rule_numbers() -> dict[str, float]:
 
 
 def lr_sentence(result: GrowthResult) -> str:
-    """Whether the learning-rate sweep brackets its optimum."""
+    """Whether the learning-rate sweep brackets its optimum, and which rates it added beyond the preset's grid."""
     n = result.numbers
-    grid = ", ".join(f"{x:g}" for x in sorted(result.sweep.lr))
+    tried = sorted(result.sweep.lr)
+    grid = sorted(result.comparison["preset"]["lr_sweep"])
+    added = [x for x in tried if x not in grid]
+    rates = ", ".join(f"{x:g}" for x in tried)
+    how = (f"the preset's grid ({', '.join(f'{x:g}' for x in grid)}) had its best rate at an edge, so the sweep added "
+           f"{', '.join(f'{x:g}' for x in added)} beyond it" if added else "")
     if n["lr_at_edge"]:
         side = "smallest" if n["best_lr"] == n["lr_min"] else "largest"
-        return (f"The chosen learning rate, {n['best_lr']:g}, is the **{side}** of the grid ({grid}): the sweep does "
-                "not bracket its optimum, so the uniform baseline may be under-tuned and every comparison with it "
-                "may favour GTT.")
-    return (f"The chosen learning rate, {n['best_lr']:g}, lies inside the grid ({grid}): both of its neighbours "
-            "train to a higher loss, so the sweep brackets its optimum.")
+        return (f"The chosen learning rate, {n['best_lr']:g}, is the **{side}** of the rates tried ({rates}"
+                f"{'; ' + how + ', as many as the preset allows' if added else ''}): the sweep does not bracket its "
+                "optimum, so the uniform baseline may be under-tuned and every comparison with it may favour GTT.")
+    return (f"The chosen learning rate, {n['best_lr']:g}, lies inside the rates tried ({rates}"
+            f"{'; ' + how if added else ''}): both of its neighbours train to a higher loss, so the sweep brackets "
+            "its optimum.")
 
 
 def anti_sentence(result: GrowthResult) -> str:

@@ -6,8 +6,9 @@ Protocol [reconstructed]: one architecture (a small Llama-style decoder, ``prese
 the family's BPE tokenizer and training windows; held-out text = every document of the validation and
 test splits (never a training document), ``windows_per_doc`` windows of each.
 1. Learning-rate sweep of the uniform baseline (seed 0), chosen by the training loss of the last quarter
-   of its steps (fresh batches; the held-out documents are not used to tune anything). Each sweep run also
-   measures its importance profile, so that step 2 finds seed 0's run at the chosen rate in the cache.
+   of its steps (fresh batches; the held-out documents are not used to tune anything); a best rate at an edge
+   of the grid adds the next rate beyond it (:func:`sweep_lr`). Each sweep run also measures its importance
+   profile, so that step 2 finds seed 0's run at the chosen rate in the cache.
 2. In parallel processes: every seed's uniform run and the ablation sweep of its trained layers on training
    documents (:mod:`layerlab.chapters.growth.importance`), together with stacking and MSLT (no claim uses
    their wall-clock).
@@ -314,6 +315,30 @@ def select_lr(sweep: list[dict]) -> float:
     return sweep[int(np.argmin([last_quarter_loss(r) for r in sweep]))]["lr"]
 
 
+def beyond(lr: float, down: bool) -> float:
+    """The next rate of the 1-3-10 ladder (..., 1e-3, 3e-3, 1e-2, 3e-2, ...) below (``down``) or above ``lr``."""
+    k = int(np.floor(np.log10(lr)))
+    ladder = sorted(float(f"{c}e{e}") for e in range(k - 2, k + 3) for c in (1, 3))
+    return max(x for x in ladder if x < lr * (1 - 1e-9)) if down else min(x for x in ladder if x > lr * (1 + 1e-9))
+
+
+def sweep_lr(preset: GrowthPreset, workers: int) -> list[dict]:
+    """The uniform baseline (seed 0) at every rate of ``preset.lr_sweep``; while the best rate is an edge of the
+    rates tried, one more rate beyond that edge (:func:`beyond`), at most ``preset.lr_extend`` times, so that the
+    sweep brackets its optimum where it can. Each run also measures importance (a cache hit in step 2)."""
+    def at(rates):
+        return _parallel(preset, [(("uniform", preset.seeds[0], x), {"with_importance": True}) for x in rates],
+                         workers)
+
+    sweep = at(preset.lr_sweep)
+    for _ in range(preset.lr_extend):
+        lrs, best = sorted(r["lr"] for r in sweep), select_lr(sweep)
+        if len(lrs) < 2 or best not in (lrs[0], lrs[-1]):
+            break
+        sweep += at([beyond(best, down=best == lrs[0])])
+    return sweep
+
+
 def run_comparison(preset: GrowthPreset, *, workers: int | None = None) -> dict:
     """The whole experiment for ``preset`` (module docstring): LR sweep; uniform runs with their importance, and
     the baselines, in parallel; per seed GTT beside a repeat of uniform training, ``workers`` pairs at a time and
@@ -323,9 +348,7 @@ def run_comparison(preset: GrowthPreset, *, workers: int | None = None) -> dict:
     t0 = time.perf_counter()
     tok, _, ho = _data(preset)
     vocab = len(tok)
-    # the sweep measures importance too: seed 0's uniform run at the chosen rate is then a cache hit below
-    sweep = _parallel(preset, [(("uniform", preset.seeds[0], lr), {"with_importance": True})
-                               for lr in preset.lr_sweep], workers)
+    sweep = sweep_lr(preset, workers)  # measures importance too: seed 0's uniform run below is a cache hit
     lr = select_lr(sweep)
     base = [(("uniform", s, lr), {"with_importance": True}) for s in preset.seeds]
     base += [((arm, s, lr), {}) for s in preset.seeds for arm in preset.arms if arm not in ("uniform", "gtt")]
