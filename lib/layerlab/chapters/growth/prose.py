@@ -27,17 +27,20 @@ def lr_sentence(result: GrowthResult) -> str:
     tried = sorted(result.sweep.lr)
     grid = sorted(result.comparison["preset"]["lr_sweep"])
     added = [x for x in tried if x not in grid]
-    rates = ", ".join(f"{x:g}" for x in tried)
-    how = (f"the preset's grid ({', '.join(f'{x:g}' for x in grid)}) had its best rate at an edge, so the sweep added "
-           f"{', '.join(f'{x:g}' for x in added)} beyond it" if added else "")
+
+    def listed(xs):
+        xs = [f"{x:g}" for x in xs]
+        return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
+
+    how = (f" The preset's grid ({listed(grid)}) had its best rate at an edge, so the sweep added {listed(added)} "
+           "beyond it, one rate at a time" if added else "")
     if n["lr_at_edge"]:
         side = "smallest" if n["best_lr"] == n["lr_min"] else "largest"
-        return (f"The chosen learning rate, {n['best_lr']:g}, is the **{side}** of the rates tried ({rates}"
-                f"{'; ' + how + ', as many as the preset allows' if added else ''}): the sweep does not bracket its "
-                "optimum, so the uniform baseline may be under-tuned and every comparison with it may favour GTT.")
-    return (f"The chosen learning rate, {n['best_lr']:g}, lies inside the rates tried ({rates}"
-            f"{'; ' + how if added else ''}): both of its neighbours train to a higher loss, so the sweep brackets "
-            "its optimum.")
+        return (f"The chosen learning rate, {n['best_lr']:g}, is the **{side}** of the rates tried ({listed(tried)}): "
+                "the sweep does not bracket its optimum, so the uniform baseline may be under-tuned and every "
+                "comparison with it may favour GTT." + (how + ", as many as the preset allows." if added else ""))
+    return (f"The chosen learning rate, {n['best_lr']:g}, lies inside the rates tried ({listed(tried)}): both of "
+            "its neighbours train to a higher loss, so the sweep brackets its optimum." + (how + "." if added else ""))
 
 
 def anti_sentence(result: GrowthResult) -> str:
