@@ -12,8 +12,8 @@ from layerlab.chapters.growth.claims import table as claim_table
 from layerlab.chapters.growth.result import GrowthResult
 from layerlab.report.claims import fmt
 
-__all__ = ["anti_sentence", "budget_sentence", "claim_table", "cost_sentence", "compact",
-           "lr_sentence", "machine_sentence", "rule_numbers"]
+__all__ = ["anti_sentence", "arm_table", "budget_sentence", "claim_table", "cost_sentence", "compact",
+           "lr_sentence", "machine_sentence", "pairs_clause", "rule_numbers"]
 
 
 def rule_numbers() -> dict[str, float]:
