@@ -294,3 +294,34 @@ def test_agreement_caption_names_the_colours_the_figure_uses():
     nb = json.loads((Path(__file__).parents[1] / "notebooks" / "atlas.ipynb").read_text())
     caption = next("".join(c["source"]) for c in nb["cells"] if "name: fig-atlas-agreement" in "".join(c["source"]))
     assert f"{same}: same order" in caption, caption
+
+
+@pytest.mark.parametrize("n_layers", [12, 30])
+def test_heatmap_layer_numbers_never_overlap(n_layers):
+    """The heatmap's layer numbers (x axis) are legible for a short and a deep model: at least 2 points between
+    any two tick labels' drawn boxes, with the book's style and all 19 lens names (SmolLM2's 30 layers once ran
+    '10 11 12' together: 0.08 px apart)."""
+    from types import SimpleNamespace
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    lenses = ["skip", "skip_attn", "skip_mlp", "neighbour_avg", "lens_drop_recompute", "lens_drop_frozen",
+              "norm_growth", "block_influence", "angular_distance", "spectral_norm", "jacobian_fro", "coupling",
+              "attn_bias", "attn_div", "mlp_bias", "mlp_div", "info_gain", "weight_r2", "delta_corr"]
+    atlas.plots.use_style()
+    wide = pd.DataFrame(rng.normal(size=(n_layers, len(lenses))), columns=lenses)
+    r = SimpleNamespace(wide=lambda: wide, numbers={"model": "m"}, preset=SimpleNamespace(model="m"),
+                        tiers=pd.DataFrame({"layer": range(n_layers), "tier": rng.integers(1, 4, n_layers)}))
+    fig = atlas.plots.fig_heatmap(r)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    boxes = [t.get_window_extent() for t in ax.get_xticklabels() if t.get_text()]
+    assert len(boxes) == n_layers
+    gap = min(b.x0 - a.x1 for a, b in zip(boxes, boxes[1:]))  # pixels
+    assert gap >= 2 * fig.dpi / 72, f"layer numbers {gap:.2f} px apart"
+    plt.close(fig)

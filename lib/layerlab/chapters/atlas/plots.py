@@ -25,7 +25,9 @@ def fig_heatmap(r: AtlasResult) -> Figure:
     fig, ax = plt.subplots(figsize=(7.2, 0.3 * w.shape[1] + 1.8))  # the text column is ~7.3 in wide
     im = ax.imshow(np.ma.masked_invalid(z), aspect="auto", cmap="viridis", vmin=0, vmax=1)
     ax.set_yticks(range(w.shape[1]), w.columns, fontsize=9)
-    ax.set_xticks(range(len(w)), [str(x) for x in w.index], fontsize=9)
+    # two-digit layer numbers overlap beyond ~20 columns in the text column's width: set them upright then
+    ax.set_xticks(range(len(w)), [str(x) for x in w.index], fontsize=9 if len(w) <= 20 else 7.5,
+                  rotation=0 if len(w) <= 20 else 90)
     ax.set_xlabel("layer (0-based)")
     tiers = r.tiers.set_index("layer").tier.reindex(w.index)
     top = ax.secondary_xaxis("top")
