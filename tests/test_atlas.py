@@ -325,3 +325,29 @@ def test_heatmap_layer_numbers_never_overlap(n_layers):
     gap = min(b.x0 - a.x1 for a, b in zip(boxes, boxes[1:]))  # pixels
     assert gap >= 2 * fig.dpi / 72, f"layer numbers {gap:.2f} px apart"
     plt.close(fig)
+
+
+def test_heatmaps_draw_no_grid_across_their_cells():
+    """The book's whitegrid style would draw white lines across the heatmaps' cells; both figures turn them off."""
+    from types import SimpleNamespace
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    atlas.plots.use_style()
+    rng = np.random.default_rng(1)
+    lenses = ["skip", "coupling", "mlp_div"]
+    wide = pd.DataFrame(rng.normal(size=(8, 3)), columns=lenses)
+    m = wide.corr(method="spearman")
+    agreement = pd.DataFrame({"a": ["skip"], "b": ["coupling"], "verdict": ["agree"]})
+    r = SimpleNamespace(wide=lambda: wide, numbers={"model": "m"}, preset=SimpleNamespace(model="m"),
+                        tiers=pd.DataFrame({"layer": range(8), "tier": rng.integers(1, 4, 8)}),
+                        matrix=lambda: m, agreement=agreement)
+    for fig in (atlas.plots.fig_heatmap(r), atlas.plots.fig_agreement(r)):
+        ax = fig.axes[0]
+        lines = ax.get_xgridlines() + ax.get_ygridlines()
+        assert lines and not any(g.get_visible() for g in lines)
+        plt.close(fig)

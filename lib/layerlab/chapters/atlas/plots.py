@@ -24,6 +24,7 @@ def fig_heatmap(r: AtlasResult) -> Figure:
     z = w.rank(pct=True).to_numpy().T  # [lenses, layers]
     fig, ax = plt.subplots(figsize=(7.2, 0.3 * w.shape[1] + 1.8))  # the text column is ~7.3 in wide
     im = ax.imshow(np.ma.masked_invalid(z), aspect="auto", cmap="viridis", vmin=0, vmax=1)
+    ax.grid(False)  # the book's whitegrid style would draw white lines across the cells
     ax.set_yticks(range(w.shape[1]), w.columns, fontsize=9)
     # two-digit layer numbers overlap beyond ~20 columns in the text column's width: set them upright then
     ax.set_xticks(range(len(w)), [str(x) for x in w.index], fontsize=9 if len(w) <= 20 else 7.5,
@@ -44,13 +45,16 @@ def fig_agreement(r: AtlasResult) -> Figure:
     m = r.matrix()
     fig, ax = plt.subplots(figsize=(min(7.2, 0.36 * len(m) + 2.5), min(7.0, 0.36 * len(m) + 1.8)))
     im = ax.imshow(m.to_numpy(dtype=float), cmap="RdBu_r", vmin=-1, vmax=1)
+    ax.grid(False)
     ax.set_xticks(range(len(m)), m.columns, rotation=90, fontsize=9)
     ax.set_yticks(range(len(m)), m.index, fontsize=9)
     pos = {n: i for i, n in enumerate(m.index)}
     for row in r.agreement.itertuples():
         if row.verdict != "no evidence":
             for i, j in ((pos[row.a], pos[row.b]), (pos[row.b], pos[row.a])):
-                ax.text(j, i, "*", ha="center", va="center", fontsize=9)
+                dark = abs(float(m.iat[i, j])) > 0.6  # white on the saturated cells, black elsewhere
+                ax.text(j, i, "*", ha="center", va="center", fontsize=11, fontweight="bold",
+                        color="white" if dark else "black")
     fig.colorbar(im, ax=ax, label="Spearman ρ over layers")
     fig.tight_layout()
     return fig
