@@ -122,7 +122,7 @@ def cost_savings(comp: dict) -> dict[str, np.ndarray]:
 
 
 def arm_table(comp: dict):
-    """One row per arm: steps, training FLOPs and measured seconds (mean over seeds) and the final
+    """One row per arm: steps, training FLOPs (TFLOPs) and measured seconds (mean over seeds) and the final
     held-out NLL (mean and range over seeds)."""
     import pandas as pd
 
@@ -132,7 +132,7 @@ def arm_table(comp: dict):
         rs = list(by_seed(comp, arm).values())
         f = np.array([final(r, doc) for r in rs])
         rows.append({"arm": arm, "seeds": len(rs), "steps": int(np.mean([r["steps"] for r in rs])),
-                     "PFLOPs": np.mean([r["totals"]["flops"] for r in rs]) / 1e15,
+                     "TFLOPs": np.mean([r["totals"]["flops"] for r in rs]) / 1e12,
                      "seconds": np.mean([r["totals"]["wall"] for r in rs]),
                      "NLL": f.mean(), "NLL min": f.min(), "NLL max": f.max()})
     return pd.DataFrame(rows)

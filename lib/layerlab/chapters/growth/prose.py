@@ -109,11 +109,9 @@ def cost_sentence(result: GrowthResult) -> str:
 
 
 def arm_table(result: GrowthResult):
-    """:attr:`GrowthResult.arms` as the page shows it: training FLOPs in TFLOPs (10^12; a run here is a
-    fraction of a PFLOP), every float to three significant digits."""
-    arms = result.arms.copy()
-    arms.insert(arms.columns.get_loc("PFLOPs"), "TFLOPs", arms.pop("PFLOPs") * 1e3)
-    return compact(arms)
+    """:attr:`GrowthResult.arms` as the page shows it (training FLOPs in TFLOPs; floats to three significant
+    digits)."""
+    return compact(result.arms)
 
 
 def compact(df, digits: int = 3):
