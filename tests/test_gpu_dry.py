@@ -33,8 +33,8 @@ GPU_FAMILY_FILTERS = dict(checkpoint_filter={"depth": 2, "width": 32, "lr": 1e-3
 
 SHRINK = {
     "residual": dict(window=64, windows_per_doc=2, lens_positions=8, batch_size=4, n_boot=200),
-    "anatomy": dict(window=64, batch_size=8, sample_docs=4, budget_windows=(1, 1, 1), budget_window_small=32,
-                    budget_windows_small=(1, 1, 1), calib_tokens=128,
+    "anatomy": dict(window=32, batch_size=8, sample_docs=4, sample_window=32, budget_windows=(1, 1, 1),
+                    budget_window_small=32, budget_windows_small=(1, 1, 1), calib_tokens=128,
                     sentences=2, replacement_tokens=128, manip_tokens=128, recovery_layers=(11,),
                     recovery_sigmas=(0.5, 1.0), recovery_seeds=(0,), recovery_steps=2, recovery_eval_every=1,
                     recovery_batch=2, recovery_window=32, recovery_train_tokens=256, recovery_eval_tokens=64,

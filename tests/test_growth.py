@@ -279,7 +279,8 @@ def test_timed_pairs_train_two_at_a_time_and_say_so():
     from layerlab.chapters.growth import analysis, preset, prose
     from layerlab.chapters.growth.run import run_comparison
 
-    p = preset("smoke", seeds=(11, 12))  # seeds of their own: nothing of this is in the cache yet
+    # seeds of their own (nothing of this is in the cache yet); one rate and no other arms: only the pairs matter here
+    p = preset("smoke", seeds=(11, 12), lr_sweep=(1e-2,), lr_extend=0, arms=("uniform", "gtt"))
     comp = run_comparison(p, workers=2)
     timed = [r for r in comp["runs"] if r["timed"]]
     assert [r["arm"] for r in timed] == ["uniform", "gtt"] * 2

@@ -104,9 +104,63 @@ def test_executes_at_smoke_profile(path, tmp_path_factory):
     assert not problems, f"{path.name} at smoke: " + "; ".join(problems)
 
 
+_REJECT = r"""
+import json, sys
+import nbformat
+out = {}
+for path in sys.argv[1:]:
+    nb = nbformat.read(path, as_version=4)
+    ns, got = {"__name__": "__main__"}, None
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        if "parameters" in cell.metadata.get("tags", []):
+            exec(cell.source, ns)
+            ns["profile"] = "no-such-profile"  # what papermill injects after the parameters cell
+            continue
+        try:
+            exec(cell.source, ns)
+        except Exception as e:  # the cell that rejects the profile
+            got = [i, type(e).__name__, str(e), cell.source]
+            break
+    out[path] = got
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def rejections():
+    """Each notebook's code cells run in order in one fresh namespace per notebook (one process for all, as
+    papermill would run them with ``profile`` injected as an unknown name): the first cell that raises, and
+    what it raised."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", _REJECT, *map(str, NOTEBOOKS)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_unknown_profile_fails_clearly(path, tmp_path):
+def test_unknown_profile_is_rejected_before_anything_runs(path, rejections):
+    """Every notebook chooses its preset with ``layerlab.core.profiles.select``: an unknown profile raises its
+    ValueError, naming the profile, in a cell before any chapter computation (no ``<chapter>.run(`` reached)."""
+    got = rejections[str(path)]
+    assert got is not None, f"{path.name}: profile='no-such-profile' ran every cell without an error"
+    cell, kind, msg, source = got
+    assert kind == "ValueError" and "no-such-profile" in msg, f"{path.name}: cell {cell} raised {kind}: {msg}"
+    nb = _read(path)
+    before = [c.source for c in nb.cells if c.cell_type == "code"][:cell]
+    assert not any(re.search(r"\b(?!subprocess\.)\w+\.run(_family)?\(", s) for s in [*before, source]), (
+        f"{path.name}: the unknown profile is rejected only after a chapter computation started (cell {cell})")
+
+
+def test_unknown_profile_fails_the_build_clearly(tmp_path):
+    """Through the book build (papermill, a real kernel): the chapter's ValueError reaches the build's error."""
     bb = load_build_book()
+    path = next(p for p in NOTEBOOKS if p.stem == "calibration")
     with pytest.raises(bb.BuildError) as err:
         bb.execute(bb.Chapter(path.stem, path), "no-such-profile", tmp_path, use_cache=False)
     msg = str(err.value)
