@@ -280,8 +280,8 @@ def a6_claim(first_look: Mapping[str, Sequence[float]], n_layers: int, *, op: st
              seed: int = 0, n_boot: int = 2000) -> Claim:
     """A6: importance spans 10^7 (log10 of the largest over the smallest |ΔPPL%| across layers), with a
     percentile bootstrap over the first-look documents (>= 8); decided by the band [6.5, 7.5]."""
-    meta = dict(id="A6", claim="Importance spans a 10^7 range (log10 of max/min |ΔPPL%| over layers)",
-                paper="10^7", tag="paper")
+    meta = dict(id="A6", claim="Importance spans a 10⁷ range (log10 of max/min |ΔPPL%| over layers)",
+                paper="10⁷", tag="paper")
     names = [f"{op}@{layer}" for layer in range(n_layers)]
     if any(n not in first_look for n in names):
         return missing(**meta, reason="no first-look document values for every layer")
@@ -299,7 +299,7 @@ def a6_claim(first_look: Mapping[str, Sequence[float]], n_layers: int, *, op: st
     est = stat(m)
     ev = Evidence(estimate=est, low=min(lo, est), high=max(hi, est), p_greater=1.0, p_less=1.0, unit="documents",
                   n=int(m.shape[0]), method=f"percentile bootstrap over documents ({n_boot})")
-    band = Band(lo=6.5, hi=7.5, source="the paper's 10^7")
+    band = Band(lo=6.5, hi=7.5, source="the paper's 10⁷")
     return Claim.decided(**meta, evidence=ev, decision=band.decide(ev), null="a ratio over a near-zero minimum",
                          note="log10 of a ratio; the minimum is set by noise, see H1 for the ΔNLL range")
 
@@ -382,8 +382,9 @@ def structure_claims(structure: pd.DataFrame, null: pd.DataFrame) -> list[Claim]
     ratio = np.array([np.mean(np.log(per(structure, c).stable_rank.to_numpy() / per(null, c).stable_rank.to_numpy()))
                       for c in comps])
     ev1 = mean_effect(ratio, unit="components")
-    s1 = Claim.decided(id="S1", claim="Training lowers the stable rank ‖W‖²_F/‖W‖²_2 below the random init "
-                       "(mean log ratio over layers)", paper="structural analysis (abstract; results not public)",
+    s1 = Claim.decided(id="S1", claim="Training lowers the stable rank (squared Frobenius norm over squared spectral "
+                       "norm) below the random init (mean log ratio over layers)",
+                       paper="structural analysis (abstract; results not public)",
                        tag="paper", evidence=ev1, decision=Direction(direction="less", margin=0.05).decide(ev1),
                        null="0: the random-init model of the same configuration (N1)",
                        note="log ratio, trained / random init")

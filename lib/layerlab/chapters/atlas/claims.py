@@ -77,7 +77,7 @@ def _family_row(cid: str, fa: FamilyAtlas, *, learned: bool) -> Claim:
                     method="sign-flip test") for r in p.itertuples()]
     best = p.loc[p[col].abs().idxmax()]
     d = FAMILY_RULE.decide(evs)
-    null = ("paired: ρ(trained) - ρ(twin) = 0 per member" if learned else "mean twin ρ = 0")
+    null = ("paired: ρ(trained) − ρ(twin) = 0 per member" if learned else "mean twin ρ = 0")
     return Claim(id=cid, claim=text, paper="—", tag="reconstructed", ours=float(best[col]), ci_low=float(best[lo_col]),
                  ci_high=float(best[hi_col]), null=f"{null}; Holm over {len(evs)} pairs", verdict=d.verdict,
                  note=f"largest |effect|: {best.a} vs {best.b}", unit="members", n=int(best.n), rule=d.rule,

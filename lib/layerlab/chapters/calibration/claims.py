@@ -29,7 +29,7 @@ def claims(result: CalibrationResult) -> list[Claim]:
     for i, (case, cal) in enumerate(zip(P.cases, result.calibrations, strict=True)):
         alpha, look = result.alpha(i), result.looks[i]
         ev, decision = case_decision(result, i)
-        sign = "<=" if case.expect_calibrated else ">"
+        sign = "≤" if case.expect_calibrated else ">"
         done = "decided" if decision.verdict in ("supported", "contradicted") else "still undecided"
         where = ("" if n_looks == 1 else
                  f"; {done} at look {look} of {n_looks} ({cal.null_sims:,} null draws: tested at "

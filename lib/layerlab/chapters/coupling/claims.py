@@ -64,7 +64,7 @@ def _c1(trained: pd.DataFrame, ks, model_note: str) -> Claim:
         id="C1", claim="depth-wise coupling of the trained model exceeds its own spectrum-matched null",
         paper="qualitative: coupled across depth", tag="paper", ks=ks, rule=ABOVE,
         null="spectrum-matched Haar null of each prompt (excess 0)",
-        note=f"excess C - C_null per prompt; {model_note}",
+        note=f"excess C − C(null) per prompt; {model_note}",
         evidence=lambda col: mean_effect(_excess(trained, col).to_numpy(), unit="prompts"))
 
 
@@ -82,7 +82,7 @@ def _c2(trained: pd.DataFrame, init: pd.DataFrame, ks) -> Claim:
         id="C2", claim="the trained model's excess coupling exceeds that of its random-init twins",
         paper="qualitative: no coupling untrained", tag="paper", ks=ks, rule=ABOVE,
         null="random-init twins, each against its own spectrum null",
-        note="excess(trained) - excess(twin) on the same prompts", evidence=ev)
+        note="excess(trained) − excess(twin) on the same prompts", evidence=ev)
 
 
 def _token_excess(tokens: dict, key: str, null: str, col: str) -> pd.Series:
@@ -103,7 +103,7 @@ def _c3(tokens: dict, ks) -> list[Claim]:
         id="C3", claim="token-wise self-coupling (diagonal Jacobians over tokens) exceeds the random-init twin's",
         paper="qualitative: strong self-coupling; none untrained", tag="paper", ks=ks, rule=ABOVE,
         null="random-init twin; both against their own spectrum nulls",
-        note="excess over the own null of the token-grid C, trained - twin, same prompts", evidence=self_ev)]
+        note="excess over the own null of the token-grid C, trained − twin, same prompts", evidence=self_ev)]
     for key, what in (("out", "output"), ("in", "input")):
         cid, text = f"C3-{key}", f"context coupling (cross-token Jacobians, {what} token fixed) exceeds its null"
         n = 0 if tokens.get(key) is None else len(tokens[key])
@@ -128,7 +128,7 @@ def regime_note(reg: dict) -> str:
 
 def _c4(reg: dict, fks) -> Claim:
     text = "coupling (excess over own null) correlates with performance (offline: lower held-out NLL)"
-    paper = "R^2 = 0.80 vs leaderboard (28 LLMs)"
+    paper = "R² = 0.80 vs leaderboard (28 LLMs)"
     if not reg["ok"]:
         return missing(id="C4", claim=text, paper=paper, tag="paper", reason=f"{reg['reason']}; {reg['regime']}")
     q = reg["qualified"]
@@ -156,12 +156,12 @@ def _signed_margin(q: pd.DataFrame, col: str, competitors: list[str]) -> np.ndar
 
 def _c5(reg: dict, fks) -> Claim:
     text = "coupling predicts lower loss better than parameter count or depth (signed Spearman)"
-    paper = "R^2 values unknown"
+    paper = "R² values unknown"
     if not reg["ok"]:
         return missing(id="C5", claim=text, paper=paper, tag="paper", reason=reg["reason"])
     q = reg["qualified"]
     return across_settings(
         id="C5", claim=text, paper=paper, tag="paper", ks=fks, rule=ABOVE,
         null="no advantage (0); width is constant in the depth sweep, so it cannot compete",
-        note=f"per seed -rho(coupling, NLL) - max(-rho(depth, NLL), -rho(log10 params, NLL)); {regime_note(reg)}",
+        note=f"per seed −ρ(coupling, NLL) − max(−ρ(depth, NLL), −ρ(log₁₀ params, NLL)); {regime_note(reg)}",
         evidence=lambda col: mean_effect(_signed_margin(q, col, ["depth", "log10_params"]), unit="seeds"))

@@ -46,7 +46,7 @@ def _units(result: DiversityResult, cid: str, sub: str | None = None) -> tuple[d
                 why.append(f"{key}: {d['missing']}")
             acc = r["accuracy"][readout]
             if cid in LABEL_CLAIMS and not acc["acc_low"] > r["chance"]:
-                excluded[key] = f"accuracy {acc['acc']:.2f}, CI low {acc['acc_low']:.2f} <= chance {r['chance']:.2f}"
+                excluded[key] = f"accuracy {acc['acc']:.2f}, CI low {acc['acc_low']:.2f} ≤ chance {r['chance']:.2f}"
     return units, excluded, why
 
 
@@ -102,7 +102,7 @@ def claims(result: DiversityResult) -> list[Claim]:
                         null="fp32 tolerance 1e-4 (relative)",
                         note="max relative error over tasks, verbaliser logits, live fp32 run"))
     e2 = max(max(r["identity_mse"].values()) for r in res.values())
-    cl.append(_identity(id="D2", claim="MSE = Bias - Diversity (Theorem 1); CE = mean member CE - mean KL",
+    cl.append(_identity(id="D2", claim="MSE = Bias − Diversity (Theorem 1); CE = mean member CE − mean KL",
                         paper="exact (Theorem 1)", err=e2, tol=1e-10, null="fp64 tolerance 1e-10 (relative)",
                         note="max relative error over tasks, examples, depths; both forms"))
     d4 = _all(result, "D4")
@@ -114,21 +114,21 @@ def claims(result: DiversityResult) -> list[Claim]:
                    note=f"partial Pearson r(Bias, Div | Omega) at full depth; the raw r(Bias, Div) is {raw} "
                    "(per task and readout), ~1 by algebra because Omega dominates both"))
     cl.append(_identity(id="D4", claim="Bias-diversity trade-off: Bias and Div move together through "
-                        "Omega (Theorem 3: at a fixed output, Bias - Div is fixed)", paper="qualitative (secondary)",
+                        "Ω (Theorem 3: at a fixed output, Bias − Div is fixed)", paper="qualitative (secondary)",
                         err=max(x["error"] for x in d4), tol=1e-10,
-                        null="Bias = |y|^2 - 2<y, f> + Omega and Div = Omega - |f|^2, fp64 tolerance 1e-10",
+                        null="Bias = ‖y‖² − 2⟨y, f⟩ + Ω and Div = Ω − ‖f‖², fp64 tolerance 1e-10",
                         note="the trade-off is algebra, not evidence; corr(Bias, Omega) = "
                         + ", ".join(f"{x['corr_bias_omega']:.3f}" for x in d4) + "; corr(Div, Omega) = "
                         + ", ".join(f"{x['corr_div_omega']:.3f}" for x in d4)
                         + "; what goes beyond Omega is tested in D3"))
-    cl.append(_row(result, id="D5", claim="Adding a block helps only when it is diverse: the block's gain in I(S_k;Y) "
-                   "rises with its information diversity (CondRed - Red) beyond its relevancy", paper="qualitative",
+    cl.append(_row(result, id="D5", claim="Adding a block helps only when it is diverse: the block's gain in I(Sₖ; Y) "
+                   "rises with its information diversity (CondRed − Red) beyond its relevancy", paper="qualitative",
                    tag="paper", rule=Direction(direction="greater"),
                    null="partial Spearman 0 (bootstrap over examples)",
                    note="partial Spearman over blocks given the block's relevancy (the chain identity gain = "
-                   "Relevancy - Red + CondRed builds the rest in); every term re-estimated per resample"))
+                   "Relevancy − Red + CondRed builds the rest in); every term re-estimated per resample"))
     info = h["info"]
-    cl.append(_row(result, id="D6", claim="More layers need not help: the measured I(S_k;Y) falls from its peak "
+    cl.append(_row(result, id="D6", claim="More layers need not help: the measured I(Sₖ; Y) falls from its peak "
                    "depth to full depth", paper="qualitative", tag="secondary",
                    rule=Direction(direction="greater", margin=MARGIN_BITS),
                    null=f"no fall (label-permutation floor at full depth {info['null_floor'].iloc[-1]:.3f} bits)",
@@ -143,10 +143,10 @@ def claims(result: DiversityResult) -> list[Claim]:
                     ours=g["violations"] / max(g["steps"], 1), ci_low=None, ci_high=None,
                     null=f"shuffled-order null: {g['null_mean'] / max(g['steps'], 1):.2f} (p={g['p_fewer']:.2f})",
                     verdict=v7, unit="depth steps (order permutation)", n=int(g["steps"]),
-                    rule="fewer violations of G_k <= G_(k-1) than under shuffled order, p < 0.05",
+                    rule="fewer violations of Gₖ ≤ Gₖ₋₁ than under shuffled order, p < 0.05",
                     reading=f"{g['violations']} of {g['steps']} steps violate diminishing returns against "
                     f"{g['null_mean']:.1f} under shuffled order (p = {g['p_fewer']:.2f}): {v7}.",
-                    note=f"headline task {result.headline} only. Premise: excess I(U_i;U_j|Y) = {p['excess']:.3f} "
+                    note=f"headline task {result.headline} only. Premise: excess I(Uᵢ; Uⱼ | Y) = {p['excess']:.3f} "
                     f"[{p['excess_low']:.3f}, {p['excess_high']:.3f}] bits over a within-class permutation"
                     + (" (> 0: the premise fails, so Theorem 7 does not apply)" if p["excess_low"] > 0 else "")))
     others = []
@@ -162,9 +162,9 @@ def claims(result: DiversityResult) -> list[Claim]:
     cl.append(_d9(result))
     cl.append(_d10(result))
     d11 = _all(result, "D11")
-    cl.append(_identity(id="D11", claim="Bias does not tend to zero in practice (Bias >= MSE >= 0, with equality only "
+    cl.append(_identity(id="D11", claim="Bias does not tend to zero in practice (Bias ≥ MSE ≥ 0, with equality only "
                         "if every member equals the target)", paper="qualitative (secondary)",
-                        err=max(x["error"] for x in d11), tol=1e-10, null="max(MSE - Bias) <= 0 (relative)",
+                        err=max(x["error"] for x in d11), tol=1e-10, null="max(MSE − Bias) ≤ 0 (relative)",
                         note="holds for any model by algebra; Bias/MSE = "
                         + ", ".join(f"{x['bias_over_mse']:.3g}" for x in d11)
                         + "; label-centred Bias floor = " + ", ".join(f"{x['centred_floor']:.3g}" for x in d11)))

@@ -24,7 +24,7 @@ def members_sentence(r: DiversityResult) -> str:
     late = int((top.layer >= (2 * L) // 3).sum())
     where = ("in the last third of the blocks" if late >= 3 else "in the first two thirds of the blocks"
              if late <= 1 else "spread over depth")
-    return (f"In {r.headline}, the member with the largest $\\mathrm{{bias}}_i$ is {top.member.iloc[0]}; "
+    return (f"In {r.headline}, the member with the largest bias term biasᵢ is {top.member.iloc[0]}; "
             f"{count} of the 5 largest are {kind} members, {late} of them {where} (L = {L}).")
 
 

@@ -106,7 +106,7 @@ def claims(result: ResidualResult) -> list[Claim]:
         ),
         (
             "R3",
-            "The blocks lower the frozen-lens loss: NLL(embedding) - NLL(final) > 0 nats per token",
+            "The blocks lower the frozen-lens loss: NLL(embedding) − NLL(final) > 0 nats per token",
             "> 0",
             "drop",
             "frozen lens (the recompute lens at depth 0 is dominated by the tied embedding)",
