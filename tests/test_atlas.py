@@ -102,6 +102,41 @@ def test_weight_columns_are_the_anatomy_metrics(model):
     assert torch.isfinite(got["weight_r2"][1:]).all()
 
 
+def test_recovery_column_is_the_anatomy_metric(model, ids):
+    """The recovery lens is the anatomy chapter's perturb-and-fine-tune run (layer scope, fixed length): its value
+    is that run's mean excess NLL over the evaluated steps, and its step-0 excess is the perturbed model's NLL
+    minus the clean one, both by plain full forwards (no frozen prefix); the model comes back unchanged."""
+    from layerlab.metrics import recovery
+    from layerlab.metrics.ablation import window_nll
+
+    train = torch.randint(0, 256, (4, 12), generator=torch.Generator().manual_seed(5))
+    ev = ids[:2]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    base = recovery.baseline_nll(model, ev, eval_batch_size=2)
+    got = measure.recovery_piece(model, 2, train_ids=train, eval_ids=ev, base_nll=base, sigma=0.5, lr=1e-2, steps=4,
+                                 eval_every=2, batch_size=1)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    ref = recovery.recovery_run(model, 2, train_ids=train, eval_ids=ev, sigma_rel=0.5, lr=1e-2, steps=4, eval_every=2,
+                                batch_size=1, eval_batch_size=2)
+    assert float(got["recovery"]) == ref.auc and ref.steps == [0, 2, 4]
+    excess = np.asarray(ref.nll) - ref.base_nll
+    trapezoids = [(excess[0] + excess[1]) / 2, (excess[1] + excess[2]) / 2]  # the excess curve's mean over the run
+    np.testing.assert_allclose(float(got["recovery"]), np.mean(trapezoids), rtol=1e-12)
+    with torch.no_grad():
+        clean = float(window_nll(model(ev, use_cache=False).logits, ev).mean())
+        with recovery.perturb(model, 2, 0.5, seed=0):
+            noisy = float(window_nll(model(ev, use_cache=False).logits, ev).mean())
+    np.testing.assert_allclose(float(got["recovery_damage"]), noisy - clean, rtol=1e-10)
+    assert abs(noisy - clean) > 1e-6  # the noise changed the model (a random one need not get worse)
+
+
+def test_bad_recovery_settings_fail_with_one_message():
+    with pytest.raises(ValueError, match="recovery_eval_every"):
+        atlas.run(atlas.preset("smoke", recovery_eval_every=0), progress=False)
+    with pytest.raises(ValueError, match="recovery_steps >= 0"):
+        atlas.run(atlas.preset("smoke", recovery_steps=-1), progress=False)
+
+
 @pytest.mark.parametrize("family", TINY_FAMILIES)
 def test_every_family_gets_every_column(family):
     """The atlas's pieces on a tiny model of every supported family (fused qkv, no gate, parallel residual,
@@ -124,6 +159,12 @@ def test_every_family_gets_every_column(family):
     assert ("qkv" in readers) != ("q" in readers) and set(readers) <= {"q", "k", "v", "gate", "up", "qkv"}
     w = measure.weight_piece(m)
     assert torch.isfinite(w["weight_r2"][1:]).all() and torch.isfinite(w["delta_corr"][1:3]).all()
+    from layerlab.metrics.recovery import baseline_nll
+
+    train = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(3))
+    rec = measure.recovery_piece(m, 1, train_ids=train, eval_ids=x[:1], base_nll=baseline_nll(m, x[:1]), sigma=0.5,
+                                 lr=1e-3, steps=2, eval_every=1, batch_size=1)
+    assert all(torch.isfinite(v) for v in rec.values()) and float(rec["recovery_damage"]) != 0
 
 
 def test_a_soft_capped_model_gets_an_atlas_without_member_lenses(capsys, fresh_cache, tmp_path):
@@ -190,6 +231,27 @@ def test_run_resumes_from_cached_pieces(fresh_cache, monkeypatch):
     assert atlas.run(P, progress=False).numbers == r.numbers and not calls  # the whole result is cached
     assert len(atlas.pair_claims(r)) == len(r.agreement)
     assert [c.id for c in atlas.claims(r)] == ["AG", "AF", "AA", "AX"]
+
+
+def test_an_interrupted_recovery_resumes_from_its_cached_layers(fresh_cache, monkeypatch):
+    P = atlas.preset("smoke", tiny_layers=3, tokens=124, batch_size=2, jacobian_samples=2, n_boot=50, n_perm=50)
+    real, calls, interrupt = measure.recovery_piece, [], [True]
+
+    def flaky(model, layer, **kw):
+        calls.append(layer)
+        if interrupt[0] and len(calls) == 2:
+            raise KeyboardInterrupt  # interrupted in the second layer's fine-tune
+        return real(model, layer, **kw)
+
+    monkeypatch.setattr(measure, "recovery_piece", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        atlas.run(P, progress=False)
+    calls.clear()
+    interrupt[0] = False
+    r = atlas.run(P, progress=False)
+    assert calls == [1, 2]  # layer 0 came from the cache
+    assert r.wide()["recovery"].notna().all() and "recovery" in r.table.lens.values
+    assert not r.table[r.table.lens == "recovery"][["low", "high"]].notna().any().any()  # one run: no interval
 
 
 def test_agreement_can_reach_significance_after_holm_over_all_pairs():
@@ -299,7 +361,7 @@ def test_agreement_caption_names_the_colours_the_figure_uses():
 @pytest.mark.parametrize("n_layers", [12, 30])
 def test_heatmap_layer_numbers_never_overlap(n_layers):
     """The heatmap's layer numbers (x axis) are legible for a short and a deep model: at least 2 points between
-    any two tick labels' drawn boxes, with the book's style and all 19 lens names (SmolLM2's 30 layers once ran
+    any two tick labels' drawn boxes, with the book's style and all 20 lens names (SmolLM2's 30 layers once ran
     '10 11 12' together: 0.08 px apart)."""
     from types import SimpleNamespace
 
@@ -312,7 +374,7 @@ def test_heatmap_layer_numbers_never_overlap(n_layers):
     rng = np.random.default_rng(0)
     lenses = ["skip", "skip_attn", "skip_mlp", "neighbour_avg", "lens_drop_recompute", "lens_drop_frozen",
               "norm_growth", "block_influence", "angular_distance", "spectral_norm", "jacobian_fro", "coupling",
-              "attn_bias", "attn_div", "mlp_bias", "mlp_div", "info_gain", "weight_r2", "delta_corr"]
+              "attn_bias", "attn_div", "mlp_bias", "mlp_div", "info_gain", "weight_r2", "delta_corr", "recovery"]
     atlas.plots.use_style()
     wide = pd.DataFrame(rng.normal(size=(n_layers, len(lenses))), columns=lenses)
     r = SimpleNamespace(wide=lambda: wide, numbers={"model": "m"}, preset=SimpleNamespace(model="m"),

@@ -19,7 +19,7 @@ __all__ = ["LENSES", "agreement", "layer_table", "tiers"]
 
 #: lens -> (family, what it is). Higher values: more loss on ablation, more loss removed, larger norm growth,
 #: more change, larger Jacobian, more coupled than the null, worse / more diverse member, more information,
-#: more predictable weights, more negative-or-positive delta correlation.
+#: more predictable weights, more negative-or-positive delta correlation, slower recovery.
 LENSES: dict[str, tuple[str, str]] = {
     "skip": ("ablation", "ΔNLL when the block is skipped (nats)"),
     "skip_attn": ("ablation", "ΔNLL when the attention write is skipped"),
@@ -40,6 +40,10 @@ LENSES: dict[str, tuple[str, str]] = {
     "info_gain": ("diversity", "information gain of the lens summary I(S_{l+1};Y) − I(S_l;Y) (bits)"),
     "weight_r2": ("anatomy", "held-out lag-1 R² of the layer's weight innovation"),
     "delta_corr": ("anatomy", "consecutive weight-delta correlation centred on the layer"),
+    # noise on a block is a partial ablation of it: recovery is in the ablation family, so that its (expected)
+    # agreement with the ablations never counts as one between different families
+    "recovery": ("ablation", "mean excess NLL over a short fine-tune after noise on the layer (nats; higher: "
+                             "slower recovery)"),
 }
 
 
@@ -76,6 +80,8 @@ def layer_table(p: Mapping[str, np.ndarray], layers: list[int], docs: np.ndarray
             rows.append(_row(layer, "info_gain", gains[layer + 1]))
         rows.append(_row(layer, "weight_r2", p["weight_r2"][layer]))
         rows.append(_row(layer, "delta_corr", p["delta_corr"][layer]))
+        if "recovery" in p:  # one fine-tune per layer: no interval over documents
+            rows.append(_row(layer, "recovery", p["recovery"][i]))
     return pd.DataFrame(rows)
 
 

@@ -153,6 +153,21 @@ def others_sentence(others: Sequence[AtlasResult], profile: str) -> str:
                      f"{o.numbers['n_opposite']} are opposite" for o in others) + "."
 
 
+def recovery_design(P) -> str:
+    """How the recovery lens was measured at this preset (one sentence, from the preset's numbers)."""
+    if P.recovery_steps <= 0:
+        return "This profile measures no recovery (`recovery_steps = 0`)."
+    windows = f"{P.recovery_batch} window{'s' if P.recovery_batch > 1 else ''} of {P.recovery_window} ids"
+    evals = (f"the first {P.recovery_eval_windows} atlas windows (distinct documents)" if P.recovery_eval_windows > 1
+             else "the first atlas window")
+    return (f"Recovery, kept cheap: each layer's matrices get additive noise of {P.recovery_sigma:g} times their "
+            f"own standard deviation, then that layer alone is fine-tuned for {P.recovery_steps} AdamW steps "
+            f"(learning rate {P.recovery_lr:g}, {windows} per step, from the validation split, whose documents the "
+            f"atlas never reads), and evaluated every {P.recovery_eval_every} steps on {evals}; the lens "
+            "(*recovery*) is the mean excess NLL over that run: high for a layer the model is slow to recover. "
+            "It is one run per layer, so it has no interval over documents.")
+
+
 def prose(result: AtlasResult, rows: list[Claim], family: FamilyAtlas | None = None,
           others: Sequence[AtlasResult] = ()) -> dict[str, object]:
     """The generated Markdown the page glues (prefix-free names): key findings, the family and cross-model
@@ -164,4 +179,5 @@ def prose(result: AtlasResult, rows: list[Claim], family: FamilyAtlas | None = N
     return {"atlas_key_findings": Markdown(key_findings(rows)),
             "atlas_change_mind": Markdown(what_would_change(rows)),
             "atlas_family_sentence": Markdown(family_sentence(family)),
-            "atlas_others_sentence": Markdown(others_sentence(others, result.preset.profile))}
+            "atlas_others_sentence": Markdown(others_sentence(others, result.preset.profile)),
+            "atlas_recovery_design": Markdown(recovery_design(result.preset))}

@@ -15,7 +15,9 @@ Nothing here defines a metric; each lens is the library's own function, called o
   Jacobians, read by :mod:`layerlab.metrics.coupling` (spectral norm, ‖J‖_F, m_K to the neighbouring
   blocks and its spectrum-matched null; Aubry et al. 2025);
 * the weights give the delta correlation and the held-out lag-1 predictability R² of the innovations
-  (:mod:`layerlab.metrics.weights`, :mod:`layerlab.metrics.predictability`; Wietrzykowski 2026).
+  (:mod:`layerlab.metrics.weights`, :mod:`layerlab.metrics.predictability`; Wietrzykowski 2026);
+* recovery, where cheap (:func:`recovery_piece`): the anatomy chapter's perturb-and-fine-tune run
+  (:func:`layerlab.metrics.recovery.recovery_run`; Wietrzykowski 2026, finding 3), short and of fixed length.
 
 ``shared=False`` computes the clean-pass lenses with each metric's own forward pass instead (the
 reference the tests compare bit-for-bit and the bench times). All outputs are per window (the lens
@@ -34,10 +36,10 @@ from torch import Tensor, nn
 from layerlab.core.arch import view
 from layerlab.core.jacobians import frozen_context_jacobians
 from layerlab.core.residual import lens_logits, run_with_capture
-from layerlab.metrics import ablation, coupling, diversity, members, predictability, weights
+from layerlab.metrics import ablation, coupling, diversity, members, predictability, recovery, weights
 
 __all__ = ["OPS", "batch_pieces", "jacobian_piece", "lens_positions", "members_defined", "omitted_lenses",
-           "reader_components", "weight_piece"]
+           "reader_components", "recovery_piece", "weight_piece"]
 
 #: The ablation operators of the atlas (mean ablation needs a calibration split; it is left out).
 OPS: tuple[str, ...] = ("skip", "skip_attn", "skip_mlp", "neighbour_avg")
@@ -205,3 +207,20 @@ def weight_piece(model: nn.Module, components: Sequence[str] | None = None) -> d
             train = [j for j in range(L) if j != layer]
             r2[c, layer] = predictability.gram_r2(predictability.innovation_gram(g, train), "P1", train, [layer])
     return {"delta_corr": delta.mean(0), "weight_r2": r2.mean(0)}
+
+
+def recovery_piece(model: nn.Module, layer: int, *, train_ids: Tensor, eval_ids: Tensor, base_nll: float,
+                   sigma: float, lr: float, steps: int, eval_every: int, batch_size: int,
+                   seed: int = 0) -> dict[str, Tensor]:
+    """Recovery of one layer (Wietrzykowski 2026, finding 3; the anatomy chapter's protocol): additive noise
+    σ·std(W)·N(0, 1) on the layer's matrices, then ``steps`` AdamW steps on that layer alone over ``train_ids``
+    [N, T] (fixed length: no stop at recovery, so every layer's curve covers the same steps), evaluated on
+    ``eval_ids`` [M, T] every ``eval_every`` steps. Returns ``recovery``: the mean excess NLL over the run
+    (:attr:`layerlab.metrics.recovery.RecoveryCurve.auc`, nats; higher: slower to recover) and ``recovery_damage``:
+    the excess NLL right after the noise (step 0). ``base_nll``: :func:`layerlab.metrics.recovery.baseline_nll`
+    on ``eval_ids``. The model comes back unchanged."""
+    c = recovery.recovery_run(model, layer, train_ids=train_ids, eval_ids=eval_ids, sigma_rel=sigma, kind="additive",
+                              scope="layer", lr=lr, steps=steps, eval_every=eval_every, batch_size=batch_size,
+                              eval_batch_size=eval_ids.shape[0], seed=seed, base_nll=base_nll)
+    return {"recovery": torch.tensor(c.auc, dtype=torch.float64),
+            "recovery_damage": torch.tensor(c.nll[0] - c.base_nll, dtype=torch.float64)}

@@ -29,13 +29,16 @@ from layerlab.core.protocol import Provenance, provenance
 from layerlab.data.corpora import TokenWindows, token_windows
 from layerlab.data.fetch import data_fingerprint
 
-__all__ = ["AtlasResult", "atlas_windows", "check_layers", "downloaded_only", "load", "run"]
+__all__ = ["AtlasResult", "atlas_windows", "check_layers", "downloaded_only", "load", "recovery_windows",
+           "run"]
 
 #: what the cached atlas depends on: this module (and, transitively, analysis and measure) and the model loader
 _SOURCES = (__name__, "layerlab.core.models")
 
 MEASURE_FIELDS = ("model", "tiny_layers", "window", "tokens", "sources", "batch_size", "lens_positions",
                   "member_positions", "member_chunk", "jacobian_samples", "coupling_k", "seed", "device", "dtype")
+RECOVERY_FIELDS = ("recovery_steps", "recovery_eval_every", "recovery_eval_windows", "recovery_batch",
+                   "recovery_window", "recovery_sigma", "recovery_lr")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +68,7 @@ class AtlasResult:
         """The per-layer table the CLI prints: 0- and 1-based layer, a few lenses, the tier."""
         w = self.wide()
         cols = [c for c in ("skip", "neighbour_avg", "lens_drop_recompute", "block_influence", "coupling",
-                            "mlp_div", "weight_r2") if c in w.columns]
+                            "mlp_div", "weight_r2", "recovery") if c in w.columns]
         out = w[cols].copy()
         out.insert(0, "layer_1b", out.index + 1)
         out["tier"] = self.tiers.set_index("layer").tier
@@ -132,6 +135,25 @@ def check_tokens(P: AtlasPreset) -> None:
     if P.tokens < P.window - 1:
         raise ValueError(f"--tokens {P.tokens} is below one window: the atlas needs at least {P.window - 1} scored "
                          f"tokens (one window of {P.window} ids)")
+    if P.recovery_steps < 0 or (P.recovery_steps and (min(P.recovery_eval_every, P.recovery_eval_windows,
+                                                          P.recovery_batch) < 1 or P.recovery_window < 2)):
+        raise ValueError(f"recovery needs recovery_steps >= 0 (0: no recovery lens), recovery_eval_every, "
+                         f"recovery_eval_windows and recovery_batch >= 1 and recovery_window >= 2; got "
+                         f"{P.recovery_steps}, {P.recovery_eval_every}, {P.recovery_eval_windows}, {P.recovery_batch}, "
+                         f"{P.recovery_window}")
+
+
+def recovery_windows(tokenizer, P: AtlasPreset) -> TokenWindows:
+    """The fine-tuning windows of the recovery lens: ``recovery_steps`` x ``recovery_batch`` windows of
+    ``recovery_window`` ids from the validation split (documents the atlas's test windows never include), in a
+    seeded order."""
+    w = token_windows(tokenizer, "validation", window=P.recovery_window, seed=P.seed, sources=tuple(P.sources))
+    if len(w) == 0:
+        raise ValueError(f"the validation split holds no window of {P.recovery_window} ids for the recovery lens: "
+                         "lower recovery_window, or set recovery_steps=0")
+    n = min(len(w), P.recovery_steps * P.recovery_batch)
+    pick = np.random.default_rng(P.seed).permutation(len(w))[:n]
+    return w.subset(sorted(int(i) for i in pick))
 
 
 def _family_key(P: AtlasPreset) -> dict:
@@ -167,8 +189,9 @@ def _piece(kind: str, P: AtlasPreset, extra: dict, compute: Callable[[], dict]) 
 
 
 def measure_all(P: AtlasPreset, model, windows: TokenWindows, layers: list[int], *,
-                progress: bool | None = None) -> dict[str, np.ndarray]:
-    """All pieces, concatenated: per-window arrays along the window axis, Jacobian samples along axis 0."""
+                train: TokenWindows | None = None, progress: bool | None = None) -> dict[str, np.ndarray]:
+    """All pieces, concatenated: per-window arrays along the window axis, Jacobian samples along axis 0, and
+    per measured layer the recovery lens when ``train`` (:func:`recovery_windows`) is given."""
     ids = windows.input_ids.to(P.device)
     T = ids.shape[1]
     batches = []
@@ -199,7 +222,31 @@ def measure_all(P: AtlasPreset, model, windows: TokenWindows, layers: list[int],
     wt = _piece("atlas-weights", P, {}, lambda: measure.weight_piece(model))
     out.update({k: v.numpy() for k, v in wt.items()})
     out["jacobian_windows"] = np.asarray(samples)
+    if train is not None and P.recovery_steps > 0:
+        out.update(_recovery(P, model, ids[jacobian_windows(windows, P.recovery_eval_windows)],
+                             train.input_ids.to(P.device), layers, progress))
     return out
+
+
+def _recovery(P: AtlasPreset, model, eval_ids: torch.Tensor, train_ids: torch.Tensor, layers: list[int],
+              progress: bool | None) -> dict[str, np.ndarray]:
+    """The recovery lens of every measured layer, one cached piece per layer (so a run resumes between them)."""
+    from layerlab.metrics.recovery import baseline_nll
+
+    extra = {"recovery": {f: getattr(P, f) for f in RECOVERY_FIELDS}, "eval": _ids_hash(eval_ids),
+             "train": _ids_hash(train_ids)}
+    base: list[float] = []
+
+    def piece(layer: int) -> dict:
+        if not base:  # once, and only if some layer is not cached
+            base.append(baseline_nll(model, eval_ids, eval_batch_size=eval_ids.shape[0]))
+        return measure.recovery_piece(model, layer, train_ids=train_ids, eval_ids=eval_ids, base_nll=base[0],
+                                      sigma=P.recovery_sigma, lr=P.recovery_lr, steps=P.recovery_steps,
+                                      eval_every=P.recovery_eval_every, batch_size=P.recovery_batch, seed=P.seed)
+
+    got = [_piece("atlas-recovery", P, {**extra, "layer": layer}, lambda layer=layer: piece(layer))
+           for layer in _bar(layers, len(layers), "atlas: recovery", progress)]
+    return {k: np.array([float(g[k]) for g in got]) for k in got[0]}
 
 
 def atlas_windows(tokenizer, P: AtlasPreset) -> TokenWindows:
@@ -256,7 +303,8 @@ def _measure(P: AtlasPreset, progress: bool | None) -> AtlasResult:
     L = view(model).n_layers
     layers = check_layers(P.layers, L)
     windows = atlas_windows(tok, P)
-    p = measure_all(P, model, windows, layers, progress=progress)
+    train = recovery_windows(tok, P) if P.recovery_steps > 0 else None
+    p = measure_all(P, model, windows, layers, train=train, progress=progress)
     docs = np.unique(np.asarray(windows.doc_ids), return_inverse=True)[1]
     member_docs = np.repeat(docs, p["member_bias"].shape[0] // len(docs)) if "member_bias" in p else None
     jac_docs = docs[p["jacobian_windows"]]

@@ -70,10 +70,10 @@ CASES: tuple[Case, ...] = (
          effect=3.0),
     Case(label="growth G1-G5 (6 seeds, seed-paired differences; G2/G3 vs 80% of the claimed size)", kind="paired",
          n=6, unit="seeds", effect=1.5),
-    # atlas AF/AA: 141 cross-family lens pairs, each a two-sided sign-flip test over the trained family's 17
-    # members (AF: trained minus twin, paired; AA: the twins' rho), "some pair" after Holm
-    Case(label="atlas AF/AA any of 141 lens pairs, two-sided (17 family members, paired)", kind="paired_family",
-         n=17, unit="members", effect=1.0, pairs=141),
+    # atlas AF/AA: 156 cross-family lens pairs (20 lenses in 5 families), each a two-sided sign-flip test over the
+    # trained family's 17 members (AF: trained minus twin, paired; AA: the twins' rho), "some pair" after Holm
+    Case(label="atlas AF/AA any of 156 lens pairs, two-sided (17 family members, paired)", kind="paired_family",
+         n=17, unit="members", effect=1.0, pairs=156),
 )
 """The designs of the book, at the chapters' real n (``cpu`` profile)."""
 
@@ -114,7 +114,7 @@ class CalibrationPreset(Preset):
 
 
 # cpu: 400 draws per hypothesis; a rate still undecided goes on to 1,600, 6,400 and 25,600 null draws (400
-# draws cannot tell a rate of 3.5% from 5%; the atlas's any-of-141 Holm family sits at about 4.4%, which
+# draws cannot tell a rate of 3.5% from 5%; the atlas's any-of-141 Holm family sat at about 4.4%, which
 # 6,400 draws cannot tell from 5% either). The slowest designs cost about 2 s per 100 null draws on one
 # core (AMD EPYC, 2026-12-06), the atlas family 0.4 s; the cases are spread over the cores (run.py).
 PRESETS: dict[str, CalibrationPreset] = {
