@@ -322,13 +322,14 @@ def family_scenario(*, n: int, unit: str, effect: float, pairs: int) -> Scenario
         if n <= _EXACT_FLIPS:
             return [mean_effect(d[:, j], unit=unit, seed=s, n_perm=n_perm) for j in range(pairs)]
         signs = np.random.default_rng(s).choice((1.0, -1.0), size=(n_perm, n))
-        cols = [d[:, j] - 0.0 for j in range(pairs)]  # contiguous, as mean_effect's units
-        stats_, obs = signs @ d / n, np.array([c.mean() for c in cols])  # [n_perm, pairs], [pairs]
-        # a flip whose statistic ties the observed mean (the identity flip, drawn in ~n_perm / 2^n of the draws)
-        # counts or not by the last bit of the sum: recompute those pairs exactly as the chapter's test does
-        tie = (np.abs(stats_ - obs) <= 1e-9 * max(1.0, float(np.abs(d).max()))).any(axis=0)
-        for j in np.flatnonzero(tie):
-            stats_[:, j] = signs @ cols[j] / n
+        cols = np.ascontiguousarray(d.T)  # [pairs, n]: each pair's units contiguous, as mean_effect sums them
+        stats_, obs = signs @ d / n, cols.mean(axis=1)  # [n_perm, pairs], [pairs]
+        if (signs > 0).all(axis=1).any():
+            # the identity flip (drawn in about n_perm / 2^n of the draws) ties the observed mean and counts or not
+            # by the last bit of the sum: then every pair is summed as the chapter's test sums it (other flips
+            # cannot tie continuous data)
+            for j in range(pairs):
+                stats_[:, j] = signs @ cols[j] / n
         pg = (1 + (stats_ >= obs).sum(axis=0)) / (n_perm + 1)
         pl = (1 + (stats_ <= obs).sum(axis=0)) / (n_perm + 1)
         return [Evidence(estimate=float(obs[j]), low=None, high=None, p_greater=float(pg[j]), p_less=float(pl[j]),
