@@ -389,6 +389,27 @@ def test_heatmap_layer_numbers_never_overlap(n_layers):
     plt.close(fig)
 
 
+def test_heatmap_draws_undefined_cells_grey():
+    """The caption says "grey: undefined": a lens undefined at a layer (weight_r2 at layer 0) is drawn grey, opaque,
+    not in the white of the page."""
+    from types import SimpleNamespace
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    atlas.plots.use_style()
+    wide = pd.DataFrame({"skip": [1.0, 2.0, 3.0], "weight_r2": [np.nan, 0.2, 0.1]})
+    r = SimpleNamespace(wide=lambda: wide, numbers={"model": "m"}, preset=SimpleNamespace(model="m"),
+                        tiers=pd.DataFrame({"layer": range(3), "tier": [1, 2, 2]}))
+    fig = atlas.plots.fig_heatmap(r)
+    red, green, blue, alpha = fig.axes[0].images[0].cmap.get_bad()
+    assert alpha == 1 and red == green == blue and 0.5 < red < 0.9
+    plt.close(fig)
+
+
 def test_heatmaps_draw_no_grid_across_their_cells():
     """The book's whitegrid style would draw white lines across the heatmaps' cells; both figures turn them off."""
     from types import SimpleNamespace

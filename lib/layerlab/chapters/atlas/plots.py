@@ -23,7 +23,8 @@ def fig_heatmap(r: AtlasResult) -> Figure:
     w = r.wide()
     z = w.rank(pct=True).to_numpy().T  # [lenses, layers]
     fig, ax = plt.subplots(figsize=(7.2, 0.3 * w.shape[1] + 1.8))  # the text column is ~7.3 in wide
-    im = ax.imshow(np.ma.masked_invalid(z), aspect="auto", cmap="viridis", vmin=0, vmax=1)
+    cmap = plt.get_cmap("viridis").with_extremes(bad="#bdbdbd")  # undefined (NaN) cells grey, as the caption says
+    im = ax.imshow(np.ma.masked_invalid(z), aspect="auto", cmap=cmap, vmin=0, vmax=1)
     ax.grid(False)  # the book's whitegrid style would draw white lines across the cells
     ax.set_yticks(range(w.shape[1]), w.columns, fontsize=9)
     # two-digit layer numbers overlap beyond ~20 columns in the text column's width: set them upright then
