@@ -97,7 +97,7 @@ def main() -> None:
     train = torch.randint(0, V, (4, min(T, 64)), generator=torch.Generator().manual_seed(1))
     base = recovery.baseline_nll(model, ids[:1], eval_batch_size=1)
     measure.recovery_piece(model, len(layers) // 2, train_ids=train, eval_ids=ids[:1], base_nll=base, sigma=0.5,
-                           lr=1e-3, steps=4, eval_every=2, batch_size=1)
+                           lr=1e-3, steps=4, batch_size=1)
     fixed = time.perf_counter() - t0
     def sweeps() -> None:
         ablation.evaluate_interventions(model, ids, ablation.sweep_interventions(model, measure.OPS, layers),

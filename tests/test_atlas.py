@@ -102,10 +102,11 @@ def test_weight_columns_are_the_anatomy_metrics(model):
     assert torch.isfinite(got["weight_r2"][1:]).all()
 
 
-def test_recovery_column_is_the_anatomy_metric(model, ids):
-    """The recovery lens is the anatomy chapter's perturb-and-fine-tune run (layer scope, fixed length): its value
-    is that run's mean excess NLL over the evaluated steps, and its step-0 excess is the perturbed model's NLL
-    minus the clean one, both by plain full forwards (no frozen prefix); the model comes back unchanged."""
+def test_recovery_columns_are_the_anatomy_metric(model, ids):
+    """The recovery pieces are the anatomy chapter's perturb-and-fine-tune run (layer scope, fixed length) and its
+    σ = 0 control: the damage is the perturbed model's NLL minus the clean one, both by plain full forwards (no
+    frozen prefix); the damage left is the two runs' final NLLs apart; the drift is the control's final NLL minus
+    the clean one. The model comes back unchanged."""
     from layerlab.metrics import recovery
     from layerlab.metrics.ablation import window_nll
 
@@ -114,25 +115,54 @@ def test_recovery_column_is_the_anatomy_metric(model, ids):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     base = recovery.baseline_nll(model, ev, eval_batch_size=2)
     got = measure.recovery_piece(model, 2, train_ids=train, eval_ids=ev, base_nll=base, sigma=0.5, lr=1e-2, steps=4,
-                                 eval_every=2, batch_size=1)
+                                 batch_size=1)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
-    ref = recovery.recovery_run(model, 2, train_ids=train, eval_ids=ev, sigma_rel=0.5, lr=1e-2, steps=4, eval_every=2,
-                                batch_size=1, eval_batch_size=2)
-    assert float(got["recovery"]) == ref.auc and ref.steps == [0, 2, 4]
-    excess = np.asarray(ref.nll) - ref.base_nll
-    trapezoids = [(excess[0] + excess[1]) / 2, (excess[1] + excess[2]) / 2]  # the excess curve's mean over the run
-    np.testing.assert_allclose(float(got["recovery"]), np.mean(trapezoids), rtol=1e-12)
+    kw = dict(train_ids=train, eval_ids=ev, lr=1e-2, steps=4, eval_every=4, batch_size=1, eval_batch_size=2)
+    noisy = recovery.recovery_run(model, 2, sigma_rel=0.5, **kw)
+    control = recovery.recovery_run(model, 2, sigma_rel=0.0, **kw)
+    assert noisy.steps == control.steps == [0, 4]  # evaluated before and after only
+    assert float(got["recovery_left"]) == noisy.nll[-1] - control.nll[-1]
+    assert float(got["recovery_drift"]) == control.nll[-1] - base
     with torch.no_grad():
         clean = float(window_nll(model(ev, use_cache=False).logits, ev).mean())
         with recovery.perturb(model, 2, 0.5, seed=0):
-            noisy = float(window_nll(model(ev, use_cache=False).logits, ev).mean())
-    np.testing.assert_allclose(float(got["recovery_damage"]), noisy - clean, rtol=1e-10)
-    assert abs(noisy - clean) > 1e-6  # the noise changed the model (a random one need not get worse)
+            noisy0 = float(window_nll(model(ev, use_cache=False).logits, ev).mean())
+        # the control's fine-tune, replayed by hand: AdamW on layer 2's matrices, plain full forwards
+        params = [p for k, p in model.named_parameters() if ".layers.2." in k]
+        opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.0)
+        order = np.random.default_rng(0).permutation(4)
+        saved = [p.detach().clone() for p in params]
+        for step in range(4):
+            x = train[[int(order[step])]]
+            with torch.enable_grad():
+                lg = model(x, use_cache=False).logits
+                loss = torch.nn.functional.cross_entropy(lg[:, :-1].reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+            opt.step()
+        tuned = float(window_nll(model(ev, use_cache=False).logits, ev).mean())
+        for p, old in zip(params, saved):
+            p.copy_(old)
+        model.zero_grad(set_to_none=True)
+    np.testing.assert_allclose(float(got["noise_damage"]), noisy0 - clean, rtol=1e-10)
+    np.testing.assert_allclose(float(got["recovery_drift"]), tuned - clean, rtol=1e-8, atol=1e-12)
+    assert abs(noisy0 - clean) > 1e-6  # the noise changed the model (a random one need not get worse)
+
+
+def test_recovery_fraction_is_left_over_damage_and_undefined_below_the_drift():
+    """1 = nothing healed, 0 = all, above 1 = worse; NaN where the damage does not exceed what the control's
+    fine-tune alone moved (in either direction), including a negative damage."""
+    from layerlab.chapters.atlas.analysis import recovery_fraction
+
+    got = recovery_fraction([2.0, 0.5, 0.5, 0.05, -0.1, 0.3], [0.5, 0.5, 0.6, 0.01, 0.0, 0.0],
+                            [0.01, -0.02, 0.0, -0.06, 0.0, 0.3])
+    np.testing.assert_array_equal(got[:3], [0.25, 1.0, 1.2])
+    assert np.isnan(got[3:]).all()
 
 
 def test_bad_recovery_settings_fail_with_one_message():
-    with pytest.raises(ValueError, match="recovery_eval_every"):
-        atlas.run(atlas.preset("smoke", recovery_eval_every=0), progress=False)
+    with pytest.raises(ValueError, match="recovery_eval_windows and recovery_batch >= 1"):
+        atlas.run(atlas.preset("smoke", recovery_batch=0), progress=False)
     with pytest.raises(ValueError, match="recovery_steps >= 0"):
         atlas.run(atlas.preset("smoke", recovery_steps=-1), progress=False)
 
@@ -163,8 +193,8 @@ def test_every_family_gets_every_column(family):
 
     train = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(3))
     rec = measure.recovery_piece(m, 1, train_ids=train, eval_ids=x[:1], base_nll=baseline_nll(m, x[:1]), sigma=0.5,
-                                 lr=1e-3, steps=2, eval_every=1, batch_size=1)
-    assert all(torch.isfinite(v) for v in rec.values()) and float(rec["recovery_damage"]) != 0
+                                 lr=1e-3, steps=2, batch_size=1)
+    assert all(torch.isfinite(v) for v in rec.values()) and float(rec["noise_damage"]) != 0
 
 
 def test_a_soft_capped_model_gets_an_atlas_without_member_lenses(capsys, fresh_cache, tmp_path):
@@ -250,8 +280,8 @@ def test_an_interrupted_recovery_resumes_from_its_cached_layers(fresh_cache, mon
     interrupt[0] = False
     r = atlas.run(P, progress=False)
     assert calls == [1, 2]  # layer 0 came from the cache
-    assert r.wide()["recovery"].notna().all() and "recovery" in r.table.lens.values
-    assert not r.table[r.table.lens == "recovery"][["low", "high"]].notna().any().any()  # one run: no interval
+    assert r.wide()["noise_damage"].notna().all() and "recovery" in r.table.lens.values
+    assert not r.table[r.table.lens.isin(["noise_damage", "recovery"])][["low", "high"]].notna().any().any()  # no CI
 
 
 def test_agreement_can_reach_significance_after_holm_over_all_pairs():
@@ -374,7 +404,8 @@ def test_heatmap_layer_numbers_never_overlap(n_layers):
     rng = np.random.default_rng(0)
     lenses = ["skip", "skip_attn", "skip_mlp", "neighbour_avg", "lens_drop_recompute", "lens_drop_frozen",
               "norm_growth", "block_influence", "angular_distance", "spectral_norm", "jacobian_fro", "coupling",
-              "attn_bias", "attn_div", "mlp_bias", "mlp_div", "info_gain", "weight_r2", "delta_corr", "recovery"]
+              "attn_bias", "attn_div", "mlp_bias", "mlp_div", "info_gain", "weight_r2", "delta_corr", "noise_damage",
+              "recovery"]
     atlas.plots.use_style()
     wide = pd.DataFrame(rng.normal(size=(n_layers, len(lenses))), columns=lenses)
     r = SimpleNamespace(wide=lambda: wide, numbers={"model": "m"}, preset=SimpleNamespace(model="m"),

@@ -54,6 +54,12 @@ def test_compare_labels_learned_architectural_and_undecided():
                                   p_init_less=df.reset_index().p_init_greater)
     aa_neg = _family_row("AA", SimpleNamespace(pairs=neg), learned=False)
     assert aa_neg.ours < 0 and aa_neg.verdict == aa.verdict == "supported"
+    assert "tested" not in af.note  # every cross-family pair has its members
+    # a pair no 2 members define (a lens undefined in the twins) is left out, and the note says how many were tested
+    gap = df.reset_index()
+    gap.loc[(gap.a == "skip") & (gap.b == "coupling"), "n"] = 1
+    af_gap = _family_row("AF", SimpleNamespace(pairs=gap), learned=True)
+    assert "2 of the 3 cross-family pairs are tested" in af_gap.note and "Holm over 2 pairs" in af_gap.null
     # the opposite effect is "weakened", not "strengthened"
     flipped = compare(_results(init), _results(trained)).set_index(["a", "b"])
     assert flipped.loc[("skip", "coupling"), "label"] == "learned: weakened"

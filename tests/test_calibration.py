@@ -69,7 +69,7 @@ def test_the_family_case_has_as_many_pairs_as_the_atlas_has_cross_family_lens_pa
 
 
 def test_family_scenario_is_the_atlas_test_and_is_calibrated():
-    """The atlas AF/AA design (any of 156 two-sided paired tests over 17 members, Holm): each pair's p-values
+    """The atlas AF/AA design (any of 174 two-sided paired tests over 17 members, Holm): each pair's p-values
     are exactly the chapter's sign-flip test (mean_effect with the same seed and flips), and the family
     rule stays at 5% under the null while a 1-sd effect in a single pair is found often."""
     import numpy as np
@@ -80,13 +80,13 @@ def test_family_scenario_is_the_atlas_test_and_is_calibrated():
     from layerlab.report.verdicts import Family
 
     case = next(c for c in CASES if c.kind == "paired_family")
-    assert (case.n, case.pairs) == (17, 156)
+    assert (case.n, case.pairs) == (17, 174)
     sc = scenario(case.kind, n=case.n, unit=case.unit, effect=case.effect, pairs=case.pairs)
     d = sc.effect(np.random.default_rng(3))
     evs = sc.evidence(d, 5)
-    assert len(evs) == 156
+    assert len(evs) == 174
     for j in range(case.pairs):  # every pair, ties of the identity flip included
-        ref = mean_effect(d[:, j], unit="members", seed=5, n_perm=permutations_for_holm(4000, 156))
+        ref = mean_effect(d[:, j], unit="members", seed=5, n_perm=permutations_for_holm(4000, 174))
         assert (evs[j].p_greater, evs[j].p_less) == (ref.p_greater, ref.p_less)
     rule = rule_of(case)
     assert isinstance(rule, Family) and rule.rule.direction == "two-sided"

@@ -45,7 +45,7 @@ SHRINK = {
     "diversity": dict(shots=1, n_train=16, n_test=16, max_words=12, lm_windows=2, lm_window=32, lm_positions=4,
                       null_examples=12, family_examples=16, n_boot=100),
     "atlas": dict(window=32, tokens=62, batch_size=2, lens_positions=4, member_positions=2, member_chunk=2,
-                  jacobian_samples=2, coupling_k=4, recovery_steps=2, recovery_eval_every=1, recovery_batch=1,
+                  jacobian_samples=2, coupling_k=4, recovery_steps=2, recovery_batch=1,
                   recovery_window=32, n_boot=100, n_perm=200, family_min_depth=3),
     "growth": dict(depth=4, width=32, steps=12, seeds=(0, 1), n_evals=4, windows_per_doc=4, imp_docs=4,
                    imp_windows_per_doc=2, batch_size=4, warmup=2, lr_sweep=(3e-3, 1e-2), workers=1),

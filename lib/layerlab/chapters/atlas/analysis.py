@@ -15,7 +15,7 @@ import pandas as pd
 from layerlab.metrics.infotheory import marginal_gains
 from layerlab.report.inference import Evidence, correlation, holm, permutations_for_holm, unit_interval
 
-__all__ = ["LENSES", "agreement", "layer_table", "tiers"]
+__all__ = ["LENSES", "agreement", "layer_table", "recovery_fraction", "tiers"]
 
 #: lens -> (family, what it is). Higher values: more loss on ablation, more loss removed, larger norm growth,
 #: more change, larger Jacobian, more coupled than the null, worse / more diverse member, more information,
@@ -40,11 +40,26 @@ LENSES: dict[str, tuple[str, str]] = {
     "info_gain": ("diversity", "information gain of the lens summary I(S_{l+1};Y) − I(S_l;Y) (bits)"),
     "weight_r2": ("anatomy", "held-out lag-1 R² of the layer's weight innovation"),
     "delta_corr": ("anatomy", "consecutive weight-delta correlation centred on the layer"),
-    # noise on a block is a partial ablation of it: recovery is in the ablation family, so that its (expected)
+    # noise on a block is a partial ablation of it: its damage is in the ablation family, so that its (expected)
     # agreement with the ablations never counts as one between different families
-    "recovery": ("ablation", "mean excess NLL over a short fine-tune after noise on the layer (nats; higher: "
-                             "slower recovery)"),
+    "noise_damage": ("ablation", "excess NLL right after noise on the layer's matrices (nats)"),
+    # the fraction healed is the anatomy paper's finding 3 (recovery vs importance): a cross-family question
+    "recovery": ("anatomy", "fraction of the noise damage left after a short fine-tune of the layer, against the "
+                            "same fine-tune without noise (higher: slower recovery)"),
 }
+
+
+def recovery_fraction(damage: np.ndarray, left: np.ndarray, drift: np.ndarray) -> np.ndarray:
+    """The recovery lens per layer: ``left / damage``, the fraction of the noise damage still there after the
+    fine-tune (measured against the same fine-tune without noise; 1: nothing healed, 0: all, above 1: the
+    fine-tune made it worse). Undefined (NaN) where the damage is not larger than ``|drift|``, what the
+    fine-tune alone moved the NLL: there the fraction would divide by noise.
+
+    Wietrzykowski (arXiv:2603.19348), finding 3 ("recovery speed correlates with importance"), with the σ = 0
+    control of the anatomy chapter's protocol; inputs from :func:`layerlab.chapters.atlas.measure.recovery_piece`."""
+    damage, left, drift = (np.asarray(a, dtype=float) for a in (damage, left, drift))
+    ok = damage > np.abs(drift)
+    return np.where(ok, left / np.where(ok, damage, 1.0), np.nan)
 
 
 def _row(layer: int, lens: str, est: float, low: float | None = None, high: float | None = None) -> dict:
@@ -62,6 +77,8 @@ def layer_table(p: Mapping[str, np.ndarray], layers: list[int], docs: np.ndarray
     rows = []
     has_members = "member_bias" in p  # absent where the members are undefined (measure.members_defined)
     gains = marginal_gains(p["summaries"], p["labels"])[1] if has_members else None
+    recovery_frac = (recovery_fraction(p["noise_damage"], p["recovery_left"], p["recovery_drift"])
+                     if "noise_damage" in p else None)
     for i, layer in enumerate(layers):
         for op in ("skip", "skip_attn", "skip_mlp", "neighbour_avg"):
             rows.append(_row(layer, op, *unit_interval(p[f"nll/{op}@{layer}"] - p["base"], docs)))
@@ -80,8 +97,9 @@ def layer_table(p: Mapping[str, np.ndarray], layers: list[int], docs: np.ndarray
             rows.append(_row(layer, "info_gain", gains[layer + 1]))
         rows.append(_row(layer, "weight_r2", p["weight_r2"][layer]))
         rows.append(_row(layer, "delta_corr", p["delta_corr"][layer]))
-        if "recovery" in p:  # one fine-tune per layer: no interval over documents
-            rows.append(_row(layer, "recovery", p["recovery"][i]))
+        if "noise_damage" in p:  # one fine-tune (and its control) per layer: no interval over documents
+            rows.append(_row(layer, "noise_damage", p["noise_damage"][i]))
+            rows.append(_row(layer, "recovery", recovery_frac[i]))
     return pd.DataFrame(rows)
 
 

@@ -80,8 +80,17 @@ def _family_row(cid: str, fa: FamilyAtlas, *, learned: bool) -> Claim:
     null = ("paired: ρ(trained) − ρ(twin) = 0 per member" if learned else "mean twin ρ = 0")
     return Claim(id=cid, claim=text, paper="—", tag="reconstructed", ours=float(best[col]), ci_low=float(best[lo_col]),
                  ci_high=float(best[hi_col]), null=f"{null}; Holm over {len(evs)} pairs", verdict=d.verdict,
-                 note=f"largest |effect|: {best.a} vs {best.b}", unit="members", n=int(best.n), rule=d.rule,
+                 note=f"largest |effect|: {best.a} vs {best.b}{_untested(fa, len(evs))}", unit="members",
+                 n=int(best.n), rule=d.rule,
                  reading=d.reading, remedy=d.remedy, undo=d.undo)
+
+
+def _untested(fa: FamilyAtlas, tested: int) -> str:
+    total = len(cross_family(fa.pairs))
+    if tested == total:
+        return ""
+    return (f"; {tested} of the {total} cross-family pairs are tested: in the others fewer than 2 members define "
+            "both lenses")
 
 
 def claims(result: AtlasResult, family: FamilyAtlas | None = None,
@@ -154,7 +163,7 @@ def others_sentence(others: Sequence[AtlasResult], profile: str) -> str:
 
 
 def recovery_design(P) -> str:
-    """How the recovery lens was measured at this preset (one sentence, from the preset's numbers)."""
+    """How the recovery lenses were measured at this preset (from the preset's numbers)."""
     if P.recovery_steps <= 0:
         return "This profile measures no recovery (`recovery_steps = 0`)."
     windows = f"{P.recovery_batch} window{'s' if P.recovery_batch > 1 else ''} of {P.recovery_window} ids"
@@ -163,9 +172,14 @@ def recovery_design(P) -> str:
     return (f"Recovery, kept cheap: each layer's matrices get additive noise of {P.recovery_sigma:g} times their "
             f"own standard deviation, then that layer alone is fine-tuned for {P.recovery_steps} AdamW steps "
             f"(learning rate {P.recovery_lr:g}, {windows} per step, from the validation split, whose documents the "
-            f"atlas never reads), and evaluated every {P.recovery_eval_every} steps on {evals}; the lens "
-            "(*recovery*) is the mean excess NLL over that run: high for a layer the model is slow to recover. "
-            "It is one run per layer, so it has no interval over documents.")
+            "atlas never reads); the same fine-tune without the noise is the control. Both are evaluated on "
+            f"{evals} before and after. Two lenses come out. *noise_damage* is the excess NLL right after the "
+            "noise, a partial ablation. *recovery* is the fraction of that damage still there after the "
+            "fine-tune, against the control's NLL: 1 means nothing healed, 0 all of it, and above 1 the fine-tune "
+            "made things worse. It is undefined where the damage is no larger than what the control's fine-tune "
+            "alone moved. Dividing by the damage keeps *recovery* from re-reading how much the noise hurt, "
+            "which is what *noise_damage* reads. Each lens is one run per layer, so neither "
+            "has an interval over documents.")
 
 
 def prose(result: AtlasResult, rows: list[Claim], family: FamilyAtlas | None = None,

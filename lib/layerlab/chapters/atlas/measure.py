@@ -17,7 +17,8 @@ Nothing here defines a metric; each lens is the library's own function, called o
 * the weights give the delta correlation and the held-out lag-1 predictability R² of the innovations
   (:mod:`layerlab.metrics.weights`, :mod:`layerlab.metrics.predictability`; Wietrzykowski 2026);
 * recovery, where cheap (:func:`recovery_piece`): the anatomy chapter's perturb-and-fine-tune run
-  (:func:`layerlab.metrics.recovery.recovery_run`; Wietrzykowski 2026, finding 3), short and of fixed length.
+  (:func:`layerlab.metrics.recovery.recovery_run`; Wietrzykowski 2026, finding 3), short and of fixed length,
+  beside the same fine-tune without noise (its control).
 
 ``shared=False`` computes the clean-pass lenses with each metric's own forward pass instead (the
 reference the tests compare bit-for-bit and the bench times). All outputs are per window (the lens
@@ -210,17 +211,25 @@ def weight_piece(model: nn.Module, components: Sequence[str] | None = None) -> d
 
 
 def recovery_piece(model: nn.Module, layer: int, *, train_ids: Tensor, eval_ids: Tensor, base_nll: float,
-                   sigma: float, lr: float, steps: int, eval_every: int, batch_size: int,
-                   seed: int = 0) -> dict[str, Tensor]:
-    """Recovery of one layer (Wietrzykowski 2026, finding 3; the anatomy chapter's protocol): additive noise
-    σ·std(W)·N(0, 1) on the layer's matrices, then ``steps`` AdamW steps on that layer alone over ``train_ids``
-    [N, T] (fixed length: no stop at recovery, so every layer's curve covers the same steps), evaluated on
-    ``eval_ids`` [M, T] every ``eval_every`` steps. Returns ``recovery``: the mean excess NLL over the run
-    (:attr:`layerlab.metrics.recovery.RecoveryCurve.auc`, nats; higher: slower to recover) and ``recovery_damage``:
-    the excess NLL right after the noise (step 0). ``base_nll``: :func:`layerlab.metrics.recovery.baseline_nll`
-    on ``eval_ids``. The model comes back unchanged."""
-    c = recovery.recovery_run(model, layer, train_ids=train_ids, eval_ids=eval_ids, sigma_rel=sigma, kind="additive",
-                              scope="layer", lr=lr, steps=steps, eval_every=eval_every, batch_size=batch_size,
-                              eval_batch_size=eval_ids.shape[0], seed=seed, base_nll=base_nll)
-    return {"recovery": torch.tensor(c.auc, dtype=torch.float64),
-            "recovery_damage": torch.tensor(c.nll[0] - c.base_nll, dtype=torch.float64)}
+                   sigma: float, lr: float, steps: int, batch_size: int, seed: int = 0) -> dict[str, Tensor]:
+    """Recovery of one layer (Wietrzykowski 2026, finding 3; the anatomy chapter's protocol and its σ = 0
+    control): additive noise σ·std(W)·N(0, 1) on the layer's matrices, then ``steps`` AdamW steps on that layer
+    alone over ``train_ids`` [N, T] (fixed length: no stop at recovery), and the same fine-tune without the noise.
+    Both are evaluated on ``eval_ids`` [M, T] before and after. Returns, in nats per token:
+
+    * ``noise_damage``: the excess NLL right after the noise (perturbed step 0 − ``base_nll``);
+    * ``recovery_left``: the excess still there after the fine-tune, against the control
+      (perturbed step ``steps`` − control step ``steps``);
+    * ``recovery_drift``: what the fine-tune alone did (control step ``steps`` − ``base_nll``).
+
+    :func:`layerlab.chapters.atlas.analysis.recovery_fraction` turns them into the recovery lens. ``base_nll``:
+    :func:`layerlab.metrics.recovery.baseline_nll` on ``eval_ids``. The model comes back unchanged."""
+    kw = dict(train_ids=train_ids, eval_ids=eval_ids, kind="additive", scope="layer", lr=lr, steps=steps,
+              eval_every=max(steps, 1), batch_size=batch_size, eval_batch_size=eval_ids.shape[0], seed=seed,
+              base_nll=base_nll)
+    noisy = recovery.recovery_run(model, layer, sigma_rel=sigma, **kw)
+    control = recovery.recovery_run(model, layer, sigma_rel=0.0, **kw)
+    f64 = torch.float64
+    return {"noise_damage": torch.tensor(noisy.nll[0] - base_nll, dtype=f64),
+            "recovery_left": torch.tensor(noisy.nll[-1] - control.nll[-1], dtype=f64),
+            "recovery_drift": torch.tensor(control.nll[-1] - base_nll, dtype=f64)}

@@ -35,9 +35,9 @@ class AtlasPreset(Preset):
     coupling_k: int = 10  # K of m_K (Aubry et al.; clipped to d)
     # recovery (Wietrzykowski 2026, finding 3), "where cheap": per layer, 50% additive noise on the block, then a
     # short fixed-length AdamW fine-tune of that block on validation-split windows (documents the atlas never
-    # reads); the lens is the mean excess NLL over the run on the atlas's first windows. 0 steps: no recovery lens.
+    # reads), beside the same fine-tune without noise; both evaluated before and after on the atlas's first
+    # windows. Lenses: the noise damage and the fraction of it left. 0 steps: no recovery lenses.
     recovery_steps: int = 4
-    recovery_eval_every: int = 2
     recovery_eval_windows: int = 2  # atlas windows (distinct documents first) the fine-tune is evaluated on
     recovery_batch: int = 1  # validation windows per step
     recovery_window: int = 64  # ids per fine-tuning window
@@ -54,14 +54,14 @@ class AtlasPreset(Preset):
 PRESETS: dict[str, AtlasPreset] = {
     "smoke": AtlasPreset(model="tiny-llama", tiny_layers=6, window=32, tokens=248, batch_size=4, lens_positions=8,
                          member_positions=2, jacobian_samples=3, coupling_k=8, recovery_steps=2,
-                         recovery_eval_every=1, recovery_eval_windows=1, recovery_window=32, n_boot=200, n_perm=500,
+                         recovery_eval_windows=1, recovery_window=32, n_boot=200, n_perm=500,
                          family_min_depth=2),
     # measured 2026-12-03: 270 s for run(preset("cpu")) from a cache holding the converted model, on 2 idle
     # AVX-512 cores (about 2.5x that on AVX2 machines); the 4 x 30 prefix-cached suffix sweeps dominate.
     "cpu": AtlasPreset(model="smollm2-135m"),
     "gpu": AtlasPreset(model="HuggingFaceTB/SmolLM2-135M", device="cuda", window=1024, tokens=65_472, batch_size=16,
                        lens_positions=64, member_positions=4, member_chunk=8, jacobian_samples=32,
-                       recovery_steps=50, recovery_eval_every=5, recovery_eval_windows=8, recovery_batch=4,
+                       recovery_steps=50, recovery_eval_windows=8, recovery_batch=4,
                        recovery_window=256, n_boot=2000,
                        n_perm=10_000,
                        extra_models=("EleutherAI/pythia-160m", "EleutherAI/pythia-410m", "meta-llama/Llama-3.2-1B")),

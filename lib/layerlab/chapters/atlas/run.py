@@ -37,7 +37,7 @@ _SOURCES = (__name__, "layerlab.core.models")
 
 MEASURE_FIELDS = ("model", "tiny_layers", "window", "tokens", "sources", "batch_size", "lens_positions",
                   "member_positions", "member_chunk", "jacobian_samples", "coupling_k", "seed", "device", "dtype")
-RECOVERY_FIELDS = ("recovery_steps", "recovery_eval_every", "recovery_eval_windows", "recovery_batch",
+RECOVERY_FIELDS = ("recovery_steps", "recovery_eval_windows", "recovery_batch",
                    "recovery_window", "recovery_sigma", "recovery_lr")
 
 
@@ -68,7 +68,7 @@ class AtlasResult:
         """The per-layer table the CLI prints: 0- and 1-based layer, a few lenses, the tier."""
         w = self.wide()
         cols = [c for c in ("skip", "neighbour_avg", "lens_drop_recompute", "block_influence", "coupling",
-                            "mlp_div", "weight_r2", "recovery") if c in w.columns]
+                            "mlp_div", "weight_r2", "noise_damage", "recovery") if c in w.columns]
         out = w[cols].copy()
         out.insert(0, "layer_1b", out.index + 1)
         out["tier"] = self.tiers.set_index("layer").tier
@@ -135,12 +135,11 @@ def check_tokens(P: AtlasPreset) -> None:
     if P.tokens < P.window - 1:
         raise ValueError(f"--tokens {P.tokens} is below one window: the atlas needs at least {P.window - 1} scored "
                          f"tokens (one window of {P.window} ids)")
-    if P.recovery_steps < 0 or (P.recovery_steps and (min(P.recovery_eval_every, P.recovery_eval_windows,
-                                                          P.recovery_batch) < 1 or P.recovery_window < 2)):
-        raise ValueError(f"recovery needs recovery_steps >= 0 (0: no recovery lens), recovery_eval_every, "
-                         f"recovery_eval_windows and recovery_batch >= 1 and recovery_window >= 2; got "
-                         f"{P.recovery_steps}, {P.recovery_eval_every}, {P.recovery_eval_windows}, {P.recovery_batch}, "
-                         f"{P.recovery_window}")
+    if P.recovery_steps < 0 or (P.recovery_steps and (min(P.recovery_eval_windows, P.recovery_batch) < 1
+                                                      or P.recovery_window < 2)):
+        raise ValueError(f"recovery needs recovery_steps >= 0 (0: no recovery lens), recovery_eval_windows and "
+                         f"recovery_batch >= 1 and recovery_window >= 2; got {P.recovery_steps}, "
+                         f"{P.recovery_eval_windows}, {P.recovery_batch}, {P.recovery_window}")
 
 
 def recovery_windows(tokenizer, P: AtlasPreset) -> TokenWindows:
@@ -230,7 +229,8 @@ def measure_all(P: AtlasPreset, model, windows: TokenWindows, layers: list[int],
 
 def _recovery(P: AtlasPreset, model, eval_ids: torch.Tensor, train_ids: torch.Tensor, layers: list[int],
               progress: bool | None) -> dict[str, np.ndarray]:
-    """The recovery lens of every measured layer, one cached piece per layer (so a run resumes between them)."""
+    """The recovery pieces of every measured layer (:func:`measure.recovery_piece`: the noise damage, the damage
+    left after the fine-tune and the control's drift), one cached piece per layer (so a run resumes between them)."""
     from layerlab.metrics.recovery import baseline_nll
 
     extra = {"recovery": {f: getattr(P, f) for f in RECOVERY_FIELDS}, "eval": _ids_hash(eval_ids),
@@ -242,7 +242,7 @@ def _recovery(P: AtlasPreset, model, eval_ids: torch.Tensor, train_ids: torch.Te
             base.append(baseline_nll(model, eval_ids, eval_batch_size=eval_ids.shape[0]))
         return measure.recovery_piece(model, layer, train_ids=train_ids, eval_ids=eval_ids, base_nll=base[0],
                                       sigma=P.recovery_sigma, lr=P.recovery_lr, steps=P.recovery_steps,
-                                      eval_every=P.recovery_eval_every, batch_size=P.recovery_batch, seed=P.seed)
+                                      batch_size=P.recovery_batch, seed=P.seed)
 
     got = [_piece("atlas-recovery", P, {**extra, "layer": layer}, lambda layer=layer: piece(layer))
            for layer in _bar(layers, len(layers), "atlas: recovery", progress)]

@@ -70,10 +70,10 @@ CASES: tuple[Case, ...] = (
          effect=3.0),
     Case(label="growth G1-G5 (6 seeds, seed-paired differences; G2/G3 vs 80% of the claimed size)", kind="paired",
          n=6, unit="seeds", effect=1.5),
-    # atlas AF/AA: 156 cross-family lens pairs (20 lenses in 5 families), each a two-sided sign-flip test over the
+    # atlas AF/AA: 174 cross-family lens pairs (21 lenses in 5 families), each a two-sided sign-flip test over the
     # trained family's 17 members (AF: trained minus twin, paired; AA: the twins' rho), "some pair" after Holm
-    Case(label="atlas AF/AA any of 156 lens pairs, two-sided (17 family members, paired)", kind="paired_family",
-         n=17, unit="members", effect=1.0, pairs=156),
+    Case(label="atlas AF/AA any of 174 lens pairs, two-sided (17 family members, paired)", kind="paired_family",
+         n=17, unit="members", effect=1.0, pairs=174),
 )
 """The designs of the book, at the chapters' real n (``cpu`` profile)."""
 
