@@ -151,13 +151,24 @@ def fmt(x: float | None, digits: int = 3) -> str:
     return f"{x:.0f}" if 10**digits <= abs(x) < 1e6 else f"{x:.{digits}g}"
 
 
+def _rounded_short(x: float, d: int) -> bool:
+    """True when ``x`` at ``d`` significant digits prints as a shorter number that it is not: 0.04997 -> "0.05"
+    (which reads as the 5% line itself), 1.9996 -> "2"."""
+    s = fmt(x, d)
+    if s == "—" or "e" in s or float(s) == x:
+        return False
+    return len(s.lstrip("-").replace(".", "").lstrip("0")) < d
+
+
 def interval_digits(low: float | None, high: float | None, digits: int = 3) -> int:
-    """The significant digits at which an interval's two ends print differently (``digits`` at least, 8 at
-    most): [29.002, 29.015] must not read "[29, 29]", a zero-width interval that it is not."""
+    """The significant digits at which an interval's two ends print differently and neither end rounds to a
+    shorter number it is not (``digits`` at least, 8 at most): [29.002, 29.015] must not read "[29, 29]", a
+    zero-width interval that it is not, and [0.0438, 0.04997] not "[0.0438, 0.05]", an interval that reaches a
+    5% line it stays below."""
     if low is None or high is None or not low < high:
         return digits
     d = digits
-    while d < 8 and fmt(low, d) == fmt(high, d):
+    while d < 8 and (fmt(low, d) == fmt(high, d) or _rounded_short(low, d) or _rounded_short(high, d)):
         d += 1
     return d
 
