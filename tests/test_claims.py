@@ -292,29 +292,32 @@ def test_what_would_change_says_what_the_design_lacks():
 def test_an_interval_never_prints_as_zero_width_when_it_is_not():
     """Diversity D9 read "29 [29, 29]" for a lag of 29.009 [29.002, 29.015] blocks: the digits grow until
     the ends differ, in the table, the key findings and the rules' readings alike."""
-    assert claims.fmt_interval(29.002204, 29.015379) == "[29.002, 29.015]"
+    assert claims.fmt_interval(29.002204, 29.015379) == "[29, 29.02]"
     assert claims.fmt_interval(0.1, 0.5) == "[0.1, 0.5]" and claims.fmt_interval(0.0, 0.0) == "[0, 0]"
     row = claims.Claim(id="D9", claim="x", paper="x", tag="paper", ours=29.00874, ci_low=29.002204,
                        ci_high=29.015379, null="0", verdict="supported", unit="examples", n=128)
     t = claims.claim_table([row]).iloc[0]
-    assert t["95% CI"] == "[29.002, 29.015]" and t["ours"] == "29.009"
-    assert "ours 29.009, 95% CI \\[29.002, 29.015\\]" in claims.key_findings([row])
+    assert t["95% CI"] == "[29, 29.02]" and t["ours"] == "29.01"
+    assert "ours 29.01, 95% CI \\[29, 29.02\\]" in claims.key_findings([row])
     from layerlab.report.inference import Evidence
     from layerlab.report.verdicts import Direction
 
     ev = Evidence(estimate=29.00874, low=29.002204, high=29.015379, p_greater=0.001, p_less=0.999, unit="examples",
                   n=128, method="bootstrap")
-    assert "95% CI [29.002, 29.015]" in Direction().decide(ev).reading
+    assert "95% CI [29, 29.02]" in Direction().decide(ev).reading
 
 
 def test_an_interval_end_never_rounds_onto_a_shorter_number_it_is_not():
     """Calibration K25 read "0.0468 [0.0438, 0.05] ... supported (false 'supported' <= 5%)": an upper end of
-    0.04997 printed as the 5% line it stays below. An end that rounds to a shorter number gets more digits;
-    ends that are that short number stay short."""
+    0.04997 printed as the 5% line it stays below. An end whose rounding carries into its leading digit gets
+    more digits; ends that are that short number, or whose rounding only drops a trailing zero, stay short."""
     assert claims.fmt_interval(0.04378, 0.049972) == "[0.04378, 0.04997]"
     assert claims.fmt_interval(0.5, 1.9996) == "[0.5, 1.9996]"
     assert claims.fmt_interval(0.04, 0.05) == "[0.04, 0.05]" and claims.fmt_interval(-1.0, 1.0) == "[-1, 1]"
     assert claims.fmt_interval(0.0438, 0.0512) == "[0.0438, 0.0512]"  # nothing to widen
+    assert claims.fmt_interval(0.019603, 0.042048) == "[0.0196, 0.042]"  # 0.0420: no carry, nothing to widen
+    assert claims.fmt_interval(-0.09997, 0.5) == "[-0.09997, 0.5]"  # would read "-0.1"
+    assert claims.fmt_interval(0.01, 0.0997) == "[0.01, 0.0997]"
 
 
 def test_an_interval_that_is_not_95_percent_says_its_level_everywhere_it_is_shown():

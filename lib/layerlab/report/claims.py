@@ -151,18 +151,25 @@ def fmt(x: float | None, digits: int = 3) -> str:
     return f"{x:.0f}" if 10**digits <= abs(x) < 1e6 else f"{x:.{digits}g}"
 
 
+def _lead(x: float) -> tuple[str, str]:
+    """The leading significant digit and the decimal exponent of ``x`` (from its exact binary value)."""
+    m, e = f"{abs(x):.17e}".split("e")
+    return m[0], e
+
+
 def _rounded_short(x: float, d: int) -> bool:
-    """True when ``x`` at ``d`` significant digits prints as a shorter number that it is not: 0.04997 -> "0.05"
-    (which reads as the 5% line itself), 1.9996 -> "2"."""
+    """True when rounding ``x`` to ``d`` significant digits carries into its leading digit, so that it prints
+    as a rounder number than it is: 0.04997 -> "0.05" (which reads as the 5% line itself), 1.9996 -> "2",
+    0.0997 -> "0.1"; not 0.04205 -> "0.042", whose leading digit stands."""
     s = fmt(x, d)
-    if s == "—" or "e" in s or float(s) == x:
+    if s == "—" or x == 0 or float(s) == x:
         return False
-    return len(s.lstrip("-").replace(".", "").lstrip("0")) < d
+    return _lead(x) != _lead(float(s))
 
 
 def interval_digits(low: float | None, high: float | None, digits: int = 3) -> int:
-    """The significant digits at which an interval's two ends print differently and neither end rounds to a
-    shorter number it is not (``digits`` at least, 8 at most): [29.002, 29.015] must not read "[29, 29]", a
+    """The significant digits at which an interval's two ends print differently and neither end's rounding
+    carries into its leading digit (``digits`` at least, 8 at most): [29.002, 29.015] must not read "[29, 29]", a
     zero-width interval that it is not, and [0.0438, 0.04997] not "[0.0438, 0.05]", an interval that reaches a
     5% line it stays below."""
     if low is None or high is None or not low < high:
