@@ -151,12 +151,6 @@ def fmt(x: float | None, digits: int = 3) -> str:
     return f"{x:.0f}" if 10**digits <= abs(x) < 1e6 else f"{x:.{digits}g}"
 
 
-def _lead(x: float) -> tuple[str, str]:
-    """The leading significant digit and the decimal exponent of ``x`` (from its exact binary value)."""
-    m, e = f"{abs(x):.17e}".split("e")
-    return m[0], e
-
-
 def _rounded_short(x: float, d: int) -> bool:
     """True when rounding ``x`` to ``d`` significant digits carries into its leading digit, so that it prints
     as a rounder number than it is: 0.04997 -> "0.05" (which reads as the 5% line itself), 1.9996 -> "2",
@@ -164,7 +158,8 @@ def _rounded_short(x: float, d: int) -> bool:
     s = fmt(x, d)
     if s == "—" or x == 0 or float(s) == x:
         return False
-    return _lead(x) != _lead(float(s))
+    (a, ea), (b, eb) = (f"{abs(v):.17e}".split("e") for v in (x, float(s)))  # mantissa, exponent
+    return (a[0], ea) != (b[0], eb)
 
 
 def interval_digits(low: float | None, high: float | None, digits: int = 3) -> int:
