@@ -117,6 +117,11 @@ def test_recovery_columns_are_the_anatomy_metric(model, ids):
     got = measure.recovery_piece(model, 2, train_ids=train, eval_ids=ev, base_nll=base, sigma=0.5, lr=1e-2, steps=4,
                                  batch_size=1)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    clean = recovery.CleanInputs.for_runs(model, [1, 2], train_ids=train, eval_ids=ev, steps=4, batch_size=1,
+                                          eval_batch_size=2, seed=0)
+    shared = measure.recovery_piece(model, 2, train_ids=train, eval_ids=ev, base_nll=base, sigma=0.5, lr=1e-2,
+                                    steps=4, batch_size=1, clean=clean)
+    assert all(torch.equal(shared[k], got[k]) for k in got)  # the atlas's shared clean inputs: the same bits
     kw = dict(train_ids=train, eval_ids=ev, lr=1e-2, steps=4, eval_every=4, batch_size=1, eval_batch_size=2)
     noisy = recovery.recovery_run(model, 2, sigma_rel=0.5, **kw)
     control = recovery.recovery_run(model, 2, sigma_rel=0.0, **kw)

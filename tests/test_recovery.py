@@ -142,3 +142,83 @@ def test_recovery_vs_importance_and_errors():
         R.recovery_run(m, 0, kind="salt", **kw)
     with pytest.raises(ValueError, match="sigma_rel"):
         R.recovery_run(m, 0, sigma_rel=-1, **kw)
+
+
+def _block_calls(m):
+    """Pre-hooks counting the calls of every block: (calls, handles)."""
+    calls: list[int] = []
+    hooks = [b.block.register_forward_pre_hook(lambda mod, a, i=i: calls.append(i))
+             for i, b in enumerate(arch.view(m).blocks)]
+    return calls, hooks
+
+
+@pytest.mark.parametrize("family", list(TINY_FAMILIES))
+def test_one_pass_reads_every_block_input_bit_for_bit_and_stops_at_the_last(family):
+    m = tiny_model(family, seed=1)
+    ids = _ids(3, t=9)
+    _, cap = residual.run_with_capture(m, ids, ("block_in",))
+    L = arch.view(m).n_layers
+    for layers in (range(L), [L - 2, 1], [0]):
+        calls, hooks = _block_calls(m)
+        try:
+            got = R._block_inputs(m, ids, layers)
+        finally:
+            for h in hooks:
+                h.remove()
+        assert sorted(got) == sorted(set(layers))
+        assert all(torch.equal(got[j], cap["block_in"][j]) for j in got)  # bit for bit
+        assert calls == list(range(max(layers) + 1))  # no block after the last one asked for
+    with pytest.raises(ValueError, match="out of range"):
+        R._block_inputs(m, ids, [0, L])
+    with pytest.raises(ValueError, match="no layer given"):
+        R._block_inputs(m, ids, [])
+
+
+@pytest.mark.parametrize("family", list(TINY_FAMILIES))
+def test_shared_clean_inputs_give_the_same_runs_bit_for_bit_and_skip_the_prefix(family):
+    """Runs that read the clean inputs from one shared pass (CleanInputs.for_runs) equal runs that compute their
+    own frozen prefix, for a perturbed run and its σ = 0 control on several layers, and run no block before
+    ``layer``; inputs built for another seed's batches only cost the prefix pass again."""
+    m = tiny_model(family, seed=2)
+    before = _params(m)
+    train, ev = _ids(6, t=12), _ids(3, t=12, seed=1)
+    kw = dict(train_ids=train, eval_ids=ev, lr=3e-3, steps=5, eval_every=2, batch_size=2, eval_batch_size=2, seed=4,
+              base_nll=R.baseline_nll(m, ev, eval_batch_size=2))
+    L = arch.view(m).n_layers
+    layers = [1, L - 1]
+    clean = R.CleanInputs.for_runs(m, layers, train_ids=train, eval_ids=ev, steps=5, batch_size=2,
+                                   eval_batch_size=2, seed=4)
+    other = R.CleanInputs.for_runs(m, layers, train_ids=train, eval_ids=ev, steps=5, batch_size=2,
+                                   eval_batch_size=2, seed=5)
+    assert _same(m, before)
+    for layer in layers:
+        for sigma in (0.5, 0.0):
+            own = R.recovery_run(m, layer, sigma_rel=sigma, **kw)
+            calls, hooks = _block_calls(m)
+            try:
+                shared = R.recovery_run(m, layer, sigma_rel=sigma, clean=clean, **kw)
+            finally:
+                for h in hooks:
+                    h.remove()
+            assert shared.to_dict() == own.to_dict()
+            assert calls and min(calls) == layer  # nothing before the layer ran: every prefix came from ``clean``
+            assert R.recovery_run(m, layer, sigma_rel=sigma, clean=other, **kw).to_dict() == own.to_dict()
+    assert _same(m, before)
+
+
+def test_clean_start_takes_the_baseline_for_the_controls_step_zero():
+    m = tiny_model("llama")
+    train, ev = _ids(6), _ids(3, seed=1)
+    kw = dict(train_ids=train, eval_ids=ev, lr=3e-3, steps=4, eval_every=2, batch_size=2, seed=1)
+    base = R.baseline_nll(m, ev)
+    own = R.recovery_run(m, 2, sigma_rel=0.0, base_nll=base, **kw)
+    quick = R.recovery_run(m, 2, sigma_rel=0.0, base_nll=base, clean_start=True, **kw)
+    assert quick.nll[0] == base and quick.nll[1:] == own.nll[1:] and quick.steps == own.steps
+    np.testing.assert_allclose(own.nll[0], base, rtol=1e-6)  # what it skips is the same model on the same windows
+    with pytest.raises(ValueError, match="only for sigma_rel = 0 with base_nll"):
+        R.recovery_run(m, 2, sigma_rel=0.5, base_nll=base, clean_start=True, **kw)
+    with pytest.raises(ValueError, match="only for sigma_rel = 0 with base_nll"):
+        R.recovery_run(m, 2, sigma_rel=0.0, clean_start=True, **kw)
+    clean = R.CleanInputs(m, [ev], [2])
+    with pytest.raises(ValueError, match="layer-scope runs only"):
+        R.recovery_run(m, 2, sigma_rel=0.0, scope="all", clean=clean, **kw)

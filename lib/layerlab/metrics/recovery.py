@@ -111,35 +111,102 @@ class _StopForward(Exception):
     """Raised by :func:`_block_input`'s hook once block ``layer`` has its input."""
 
 
-def _block_input(model: torch.nn.Module, ids: Tensor, layer: int) -> Tensor:
-    """The input of block ``layer`` [B, T, d] for ``ids`` [B, T], running only blocks < ``layer``: bit-identical
-    to ``residual.capture``'s ``block_in`` of a full forward (the same operations on the same batch), without
-    the blocks after it, the final norm or the unembedding. (Kept here rather than in ``core.arch``: every
-    cached result, the trained family included, is keyed by ``core.arch``'s source.)"""
+def _block_inputs(model: torch.nn.Module, ids: Tensor, layers: Sequence[int]) -> dict[int, Tensor]:
+    """The inputs of blocks ``layers`` [B, T, d] each for ``ids`` [B, T], from one forward pass that runs only
+    the blocks before the last of them: bit-identical to ``residual.capture``'s ``block_in`` of a full forward
+    (the same operations on the same batch), without the later blocks, the final norm or the unembedding.
+    (Kept here rather than in ``core.arch``: every cached result, the trained family included, is keyed by
+    ``core.arch``'s source.)"""
     mv = arch.view(model)
-    layer = mv.check_layer(layer)
-    got: list[Tensor] = []
+    want = sorted({mv.check_layer(layer) for layer in layers})
+    if not want:
+        raise ValueError("no layer given: pass at least one block index")
+    got: dict[int, Tensor] = {}
 
-    def hook(module, args, kwargs):
-        got.append(args[0] if args else kwargs["hidden_states"])
-        raise _StopForward
+    def hook(layer: int):
+        def read(module, args, kwargs):
+            got[layer] = (args[0] if args else kwargs["hidden_states"]).detach().clone()
+            if layer == want[-1]:
+                raise _StopForward
+        return read
 
-    handle = mv.blocks[layer].block.register_forward_pre_hook(hook, with_kwargs=True)
+    handles = [mv.blocks[layer].block.register_forward_pre_hook(hook(layer), with_kwargs=True) for layer in want]
     try:
         model(input_ids=ids, use_cache=False)
     except _StopForward:
         pass
     finally:
-        handle.remove()
-    if not got:
-        raise RuntimeError(f"block {layer} was never called in the forward pass; cannot read its input")
-    return got[0]
+        for h in handles:
+            h.remove()
+    if len(got) != len(want):
+        missing = [layer for layer in want if layer not in got]
+        raise RuntimeError(f"blocks {missing} were never called in the forward pass; cannot read their inputs")
+    return got
+
+
+def _block_input(model: torch.nn.Module, ids: Tensor, layer: int) -> Tensor:
+    """The input of block ``layer`` [B, T, d] for ``ids`` [B, T], running only blocks < ``layer``
+    (:func:`_block_inputs` of one layer)."""
+    return _block_inputs(model, ids, [layer])[arch.view(model).check_layer(layer)]
+
+
+def _ids_key(ids: Tensor) -> tuple:
+    return tuple(ids.shape), ids.detach().cpu().numpy().tobytes()
+
+
+class CleanInputs:
+    """The clean inputs of blocks ``layers`` for fixed batches of ids, read in one forward pass per batch and
+    shared by every layer-scope :func:`recovery_run` on those batches. Such a run perturbs and fine-tunes only
+    block ``layer``, so the input of block ``layer`` is the clean model's in all of them: the σ = 0 control and
+    the perturbed run of a layer, and the runs of every layer, can read it from one pass instead of each running
+    blocks < ``layer`` again. Build it on the unperturbed model; :func:`recovery_run` falls back to its own
+    prefix pass for a batch or layer it does not hold, so a mismatch costs time, never a wrong number.
+
+    :meth:`for_runs` builds it for exactly the batches that :func:`recovery_run` with given settings reads.
+    """
+
+    def __init__(self, model: torch.nn.Module, batches: Sequence[Tensor], layers: Sequence[int]) -> None:
+        self.layers = sorted({arch.view(model).check_layer(layer) for layer in layers})
+        self._inputs: dict[tuple, dict[int, Tensor]] = {}
+        with torch.no_grad():
+            for b in batches:  # [B, T] each
+                if _ids_key(b) not in self._inputs:
+                    self._inputs[_ids_key(b)] = _block_inputs(model, b, self.layers)
+
+    @classmethod
+    def for_runs(cls, model: torch.nn.Module, layers: Sequence[int], *, train_ids: Tensor, eval_ids: Tensor,
+                 steps: int, batch_size: int, eval_batch_size: int, seed: int) -> CleanInputs:
+        """For the runs of :func:`recovery_run` on ``layers`` with these arguments: its evaluation batches and the
+        training batch of every step (the same for every σ, kind and layer at one ``seed``)."""
+        device = next(model.parameters()).device
+        train_ids, eval_ids = train_ids.to(device), eval_ids.to(device)
+        ev = [eval_ids[i:i + eval_batch_size] for i in range(0, eval_ids.shape[0], eval_batch_size)]
+        tr = [train_ids[idx] for idx in train_batches(train_ids.shape[0], steps, batch_size, seed)]
+        return cls(model, ev + tr, layers)
+
+    def get(self, ids: Tensor, layer: int) -> Tensor | None:
+        """The clean input of block ``layer`` for the batch ``ids`` [B, T], or None when not held."""
+        return self._inputs.get(_ids_key(ids), {}).get(layer)
+
+
+def train_batches(n: int, steps: int, batch_size: int, seed: int) -> list[list[int]]:
+    """The training windows of each step of :func:`recovery_run`: a permutation of the ``n`` windows seeded by
+    ``seed``, read ``batch_size`` at a time and cycled."""
+    order = np.random.default_rng(seed).permutation(n)
+    return [[int(order[((step - 1) * batch_size + j) % n]) for j in range(batch_size)]
+            for step in range(1, steps + 1)]
 
 
 @torch.no_grad()
-def _prefix(model: torch.nn.Module, ids: Tensor, layer: int, bs: int) -> list[Tensor]:
-    """Clean inputs of block ``layer`` per batch (valid while blocks < layer are frozen and unperturbed)."""
-    return [_block_input(model, ids[i:i + bs], layer) for i in range(0, ids.shape[0], bs)]
+def _prefix(model: torch.nn.Module, ids: Tensor, layer: int, bs: int,
+            clean: CleanInputs | None = None) -> list[Tensor]:
+    """Clean inputs of block ``layer`` per batch (valid while blocks < layer are frozen and unperturbed): from
+    ``clean`` where it holds them, else by running blocks < ``layer``."""
+    out = []
+    for i in range(0, ids.shape[0], bs):
+        h = clean.get(ids[i:i + bs], layer) if clean is not None else None
+        out.append(_block_input(model, ids[i:i + bs], layer) if h is None else h)
+    return out
 
 
 def baseline_nll(model: torch.nn.Module, eval_ids: Tensor, *, eval_batch_size: int = 8) -> float:
@@ -155,14 +222,19 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
                  kind: str = "additive", scope: str = "layer", lr: float = 1e-4, steps: int = 200,
                  eval_every: int = 10, batch_size: int = 4, eval_batch_size: int = 8, seed: int = 0,
                  tol_pct: float = 0.0, weight_decay: float = 0.0, stop_at_recovery: bool = False,
-                 base_nll: float | None = None) -> RecoveryCurve:
+                 base_nll: float | None = None, clean: CleanInputs | None = None,
+                 clean_start: bool = False) -> RecoveryCurve:
     """Perturb ``layer``, fine-tune ``scope`` with AdamW on ``train_ids`` [N, T], evaluate on ``eval_ids``.
 
     The model is returned unchanged. With scope ``"layer"`` the frozen prefix (blocks < layer) is computed
     once and only blocks ≥ layer run forward and backward. ``seed`` drives the noise and the batch order.
     ``stop_at_recovery``: end the run at the first evaluation at or below the baseline (the recovery step is
     then known; the curve ends there and ``auc`` is the mean excess over the evaluated steps). ``base_nll``: the
-    unperturbed model's NLL on ``eval_ids`` from :func:`baseline_nll` (computed here when None).
+    unperturbed model's NLL on ``eval_ids`` from :func:`baseline_nll` (computed here when None). ``clean``: the
+    blocks' clean inputs (:class:`CleanInputs`) shared with other layer-scope runs on the same windows, read
+    instead of running the frozen prefix again (the curve is the same bit for bit). ``clean_start`` (σ_rel = 0
+    with ``base_nll`` only): step 0's NLL is the unperturbed model's on ``eval_ids``, so take ``base_nll`` instead
+    of evaluating it again.
 
     Protocol of spec anatomy.md section 3.7 (Wietrzykowski (arXiv:2603.19348), finding 3).
     """
@@ -172,6 +244,11 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
         raise ValueError(f"unknown scope {scope!r}: choose one of {SCOPES}")
     if lr < 0 or steps < 0 or eval_every < 1:
         raise ValueError(f"need lr >= 0, steps >= 0 and eval_every >= 1; got {lr}, {steps}, {eval_every}")
+    if clean_start and (sigma_rel != 0 or base_nll is None):
+        raise ValueError(f"clean_start takes step 0's NLL to be base_nll, which holds only for sigma_rel = 0 with "
+                         f"base_nll given; got sigma_rel={sigma_rel}, base_nll={base_nll}")
+    if clean is not None and scope != "layer":
+        raise ValueError(f"clean inputs serve layer-scope runs only (scope 'all' trains every block); got {scope!r}")
     train_params = (list(_layer_matrices(model, layer, include_norms=True).values()) if scope == "layer"
                     else list({p.data_ptr(): p for p in model.parameters()}.values()))
     start = layer if scope == "layer" else 0
@@ -181,13 +258,12 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
     base = _eval_nll(model, eval_ids, 0, None, eval_batch_size) if base_nll is None else float(base_nll)
     flags = [(p, p.requires_grad) for p in model.parameters()]
     snapshot = [(p, p.detach().clone()) for p in train_params]
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(train_ids.shape[0])
+    batches = train_batches(train_ids.shape[0], steps, batch_size, seed)
     threshold = base + math.log1p(tol_pct / 100)
     xs, ys = [], []
     try:
         with perturb(model, layer, sigma_rel, kind=kind, seed=seed):
-            ev_prefix = _prefix(model, eval_ids, layer, eval_batch_size) if use_prefix else None
+            ev_prefix = _prefix(model, eval_ids, layer, eval_batch_size, clean) if use_prefix else None
             tr_prefix = {}
             for p, _ in flags:
                 p.requires_grad_(False)
@@ -195,18 +271,18 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
                 p.requires_grad_(True)
             opt = torch.optim.AdamW(train_params, lr=lr, weight_decay=weight_decay)
             xs.append(0)
-            ys.append(_eval_nll(model, eval_ids, start if use_prefix else 0, ev_prefix, eval_batch_size))
+            ys.append(float(base_nll) if clean_start
+                      else _eval_nll(model, eval_ids, start if use_prefix else 0, ev_prefix, eval_batch_size))
             for step in range(1, steps + 1):
                 if stop_at_recovery and ys[-1] <= threshold:
                     break
-                k = (step - 1) * batch_size
-                idx = [int(order[(k + j) % len(order)]) for j in range(batch_size)]
+                idx = batches[step - 1]
                 ids = train_ids[idx]  # [B, T]
                 with torch.enable_grad():
                     if use_prefix:
                         key = tuple(idx)
                         if key not in tr_prefix:
-                            tr_prefix[key] = _prefix(model, ids, layer, batch_size)[0]
+                            tr_prefix[key] = _prefix(model, ids, layer, batch_size, clean)[0]
                         logits = arch.suffix_forward(model, tr_prefix[key], start)
                     else:
                         logits = model(input_ids=ids, use_cache=False).logits

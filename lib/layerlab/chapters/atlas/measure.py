@@ -18,7 +18,8 @@ Nothing here defines a metric; each lens is the library's own function, called o
   (:mod:`layerlab.metrics.weights`, :mod:`layerlab.metrics.predictability`; Wietrzykowski 2026);
 * recovery, where cheap (:func:`recovery_piece`): the anatomy chapter's perturb-and-fine-tune run
   (:func:`layerlab.metrics.recovery.recovery_run`; Wietrzykowski 2026, finding 3), short and of fixed length,
-  beside the same fine-tune without noise (its control).
+  beside the same fine-tune without noise (its control); both runs of every layer read the blocks' clean inputs
+  from one pass per batch (:class:`layerlab.metrics.recovery.CleanInputs`).
 
 ``shared=False`` computes the clean-pass lenses with each metric's own forward pass instead (the
 reference the tests compare bit-for-bit and the bench times). All outputs are per window (the lens
@@ -211,7 +212,8 @@ def weight_piece(model: nn.Module, components: Sequence[str] | None = None) -> d
 
 
 def recovery_piece(model: nn.Module, layer: int, *, train_ids: Tensor, eval_ids: Tensor, base_nll: float,
-                   sigma: float, lr: float, steps: int, batch_size: int, seed: int = 0) -> dict[str, Tensor]:
+                   sigma: float, lr: float, steps: int, batch_size: int, seed: int = 0,
+                   clean: recovery.CleanInputs | None = None) -> dict[str, Tensor]:
     """Recovery of one layer (Wietrzykowski 2026, finding 3; the anatomy chapter's protocol and its σ = 0
     control): additive noise σ·std(W)·N(0, 1) on the layer's matrices, then ``steps`` AdamW steps on that layer
     alone over ``train_ids`` [N, T] (fixed length: no stop at recovery), and the same fine-tune without the noise.
@@ -223,12 +225,16 @@ def recovery_piece(model: nn.Module, layer: int, *, train_ids: Tensor, eval_ids:
     * ``recovery_drift``: what the fine-tune alone did (control step ``steps`` − ``base_nll``).
 
     :func:`layerlab.chapters.atlas.analysis.recovery_fraction` turns them into the recovery lens. ``base_nll``:
-    :func:`layerlab.metrics.recovery.baseline_nll` on ``eval_ids``. The model comes back unchanged."""
+    :func:`layerlab.metrics.recovery.baseline_nll` on ``eval_ids``. ``clean``: the blocks' clean inputs on these
+    windows (:meth:`layerlab.metrics.recovery.CleanInputs.for_runs`, built once for every layer), which both runs
+    read instead of each running the frozen blocks before ``layer`` again; the control's step 0, the unperturbed
+    model, is ``base_nll`` and is not evaluated again. The numbers are the same bit for bit.
+    The model comes back unchanged."""
     kw = dict(train_ids=train_ids, eval_ids=eval_ids, kind="additive", scope="layer", lr=lr, steps=steps,
               eval_every=max(steps, 1), batch_size=batch_size, eval_batch_size=eval_ids.shape[0], seed=seed,
-              base_nll=base_nll)
+              base_nll=base_nll, clean=clean)
     noisy = recovery.recovery_run(model, layer, sigma_rel=sigma, **kw)
-    control = recovery.recovery_run(model, layer, sigma_rel=0.0, **kw)
+    control = recovery.recovery_run(model, layer, sigma_rel=0.0, clean_start=True, **kw)
     f64 = torch.float64
     return {"noise_damage": torch.tensor(noisy.nll[0] - base_nll, dtype=f64),
             "recovery_left": torch.tensor(noisy.nll[-1] - control.nll[-1], dtype=f64),

@@ -230,19 +230,24 @@ def measure_all(P: AtlasPreset, model, windows: TokenWindows, layers: list[int],
 def _recovery(P: AtlasPreset, model, eval_ids: torch.Tensor, train_ids: torch.Tensor, layers: list[int],
               progress: bool | None) -> dict[str, np.ndarray]:
     """The recovery pieces of every measured layer (:func:`measure.recovery_piece`: the noise damage, the damage
-    left after the fine-tune and the control's drift), one cached piece per layer (so a run resumes between them)."""
-    from layerlab.metrics.recovery import baseline_nll
+    left after the fine-tune and the control's drift), one cached piece per layer (so a run resumes between them).
+    The baseline NLL and the blocks' clean inputs on the evaluation and training windows are computed once, for
+    every layer, and only if some layer is not cached."""
+    from layerlab.metrics.recovery import CleanInputs, baseline_nll
 
     extra = {"recovery": {f: getattr(P, f) for f in RECOVERY_FIELDS}, "eval": _ids_hash(eval_ids),
              "train": _ids_hash(train_ids)}
-    base: list[float] = []
+    shared: list = []
 
     def piece(layer: int) -> dict:
-        if not base:  # once, and only if some layer is not cached
-            base.append(baseline_nll(model, eval_ids, eval_batch_size=eval_ids.shape[0]))
-        return measure.recovery_piece(model, layer, train_ids=train_ids, eval_ids=eval_ids, base_nll=base[0],
+        if not shared:
+            shared.append(baseline_nll(model, eval_ids, eval_batch_size=eval_ids.shape[0]))
+            shared.append(CleanInputs.for_runs(model, layers, train_ids=train_ids, eval_ids=eval_ids,
+                                               steps=P.recovery_steps, batch_size=P.recovery_batch,
+                                               eval_batch_size=eval_ids.shape[0], seed=P.seed))
+        return measure.recovery_piece(model, layer, train_ids=train_ids, eval_ids=eval_ids, base_nll=shared[0],
                                       sigma=P.recovery_sigma, lr=P.recovery_lr, steps=P.recovery_steps,
-                                      batch_size=P.recovery_batch, seed=P.seed)
+                                      batch_size=P.recovery_batch, seed=P.seed, clean=shared[1])
 
     got = [_piece("atlas-recovery", P, {**extra, "layer": layer}, lambda layer=layer: piece(layer))
            for layer in _bar(layers, len(layers), "atlas: recovery", progress)]
