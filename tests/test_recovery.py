@@ -222,3 +222,20 @@ def test_clean_start_takes_the_baseline_for_the_controls_step_zero():
     clean = R.CleanInputs(m, [ev], [2])
     with pytest.raises(ValueError, match="layer-scope runs only"):
         R.recovery_run(m, 2, sigma_rel=0.0, scope="all", clean=clean, **kw)
+
+
+def test_clean_inputs_keep_what_fits_in_their_budget_and_the_runs_compute_the_rest():
+    m = tiny_model("llama")
+    train, ev = _ids(10, t=12), _ids(4, t=12, seed=1)  # 5 steps of 2 windows: each window once
+    kw = dict(train_ids=train, eval_ids=ev, steps=5, batch_size=2, eval_batch_size=4, seed=3)
+    layers = [1, 3]
+    size = next(m.parameters()).element_size()
+    per_batch = 2 * 12 * len(layers) * arch.view(m).d_model * size  # one training batch: 2 windows of 12 ids
+    steps = R.train_batches(10, 5, 2, 3)
+    for budget, n_train in ((2 * per_batch + 2 * per_batch, 2), (2 * per_batch, 0), (0, 0)):
+        c = R.CleanInputs.for_runs(m, layers, max_bytes=budget, **kw)
+        assert (c.get(ev, 1) is not None) == (budget > 0)  # the evaluation batch (4 windows) comes first
+        held = [c.get(train[idx], 3) is not None for idx in steps]
+        assert held == [True] * n_train + [False] * (5 - n_train)
+        own = R.recovery_run(m, 3, sigma_rel=0.5, lr=3e-3, eval_every=2, **kw)
+        assert R.recovery_run(m, 3, sigma_rel=0.5, lr=3e-3, eval_every=2, clean=c, **kw).to_dict() == own.to_dict()

@@ -89,6 +89,7 @@ GROUPS: dict[str, dict[str, tuple[str, str]]] = {
         "perturb": ("layerlab.metrics.recovery", "perturb"),
         "recovery_run": ("layerlab.metrics.recovery", "recovery_run"),
         "baseline_nll": ("layerlab.metrics.recovery", "baseline_nll"),
+        "CleanInputs": ("layerlab.metrics.recovery", "CleanInputs"),
         "RecoveryCurve": ("layerlab.metrics.recovery", "RecoveryCurve"),
     },
     "Weights and predictability": {

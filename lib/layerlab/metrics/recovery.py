@@ -108,7 +108,7 @@ def _eval_nll(model: torch.nn.Module, ids: Tensor, start: int, prefix: list[Tens
 
 
 class _StopForward(Exception):
-    """Raised by :func:`_block_input`'s hook once block ``layer`` has its input."""
+    """Raised by :func:`_block_inputs`'s hook once the last block asked for has its input."""
 
 
 def _block_inputs(model: torch.nn.Module, ids: Tensor, layers: Sequence[int]) -> dict[int, Tensor]:
@@ -162,7 +162,8 @@ class CleanInputs:
     blocks < ``layer`` again. Build it on the unperturbed model; :func:`recovery_run` falls back to its own
     prefix pass for a batch or layer it does not hold, so a mismatch costs time, never a wrong number.
 
-    :meth:`for_runs` builds it for exactly the batches that :func:`recovery_run` with given settings reads.
+    :meth:`for_runs` builds it for the batches that :func:`recovery_run` with given settings reads, as many as
+    ``max_bytes`` holds. Protocol of spec anatomy.md section 3.7 (Wietrzykowski (arXiv:2603.19348), finding 3).
     """
 
     def __init__(self, model: torch.nn.Module, batches: Sequence[Tensor], layers: Sequence[int]) -> None:
@@ -175,14 +176,24 @@ class CleanInputs:
 
     @classmethod
     def for_runs(cls, model: torch.nn.Module, layers: Sequence[int], *, train_ids: Tensor, eval_ids: Tensor,
-                 steps: int, batch_size: int, eval_batch_size: int, seed: int) -> CleanInputs:
-        """For the runs of :func:`recovery_run` on ``layers`` with these arguments: its evaluation batches and the
-        training batch of every step (the same for every σ, kind and layer at one ``seed``)."""
+                 steps: int, batch_size: int, eval_batch_size: int, seed: int,
+                 max_bytes: int = 2 << 30) -> CleanInputs:
+        """For the runs of :func:`recovery_run` on ``layers`` with these arguments: its evaluation batches, then the
+        training batch of each step in order (the same for every σ, kind and layer at one ``seed``), as many as
+        fit in ``max_bytes`` of inputs (default 2 GiB; the runs compute the rest themselves). The cpu presets hold
+        every batch in a few MiB; a paper-scale fine-tune of hundreds of steps keeps its first steps."""
         device = next(model.parameters()).device
         train_ids, eval_ids = train_ids.to(device), eval_ids.to(device)
         ev = [eval_ids[i:i + eval_batch_size] for i in range(0, eval_ids.shape[0], eval_batch_size)]
         tr = [train_ids[idx] for idx in train_batches(train_ids.shape[0], steps, batch_size, seed)]
-        return cls(model, ev + tr, layers)
+        per_id = len(set(layers)) * arch.view(model).d_model * next(model.parameters()).element_size()
+        keep, used = [], 0
+        for b in ev + tr:
+            used += b.numel() * per_id
+            if used > max_bytes:
+                break
+            keep.append(b)
+        return cls(model, keep, layers)
 
     def get(self, ids: Tensor, layer: int) -> Tensor | None:
         """The clean input of block ``layer`` for the batch ``ids`` [B, T], or None when not held."""

@@ -254,13 +254,20 @@ def run_recovery(preset: AnatomyPreset, model, tokenizer) -> list[recovery.Recov
     def compute():
         curves = []
         base = recovery.baseline_nll(model, ev.input_ids, eval_batch_size=preset.batch_size)  # shared by every run
+        # the clean inputs of the layer-scope runs' blocks, one pass per batch for every layer, σ and the control
+        at = sorted({r[0] for r in runs if r[3] == "layer"})
+        clean = {seed: recovery.CleanInputs.for_runs(
+            model, at, train_ids=train.input_ids, eval_ids=ev.input_ids, steps=preset.recovery_steps,
+            batch_size=preset.recovery_batch, eval_batch_size=preset.batch_size, seed=seed)
+            for seed in sorted({r[4] for r in runs if r[3] == "layer"})}
         for layer, s, k, sc, seed in runs:
             t0 = time.perf_counter()
             c = recovery.recovery_run(model, layer, train_ids=train.input_ids, eval_ids=ev.input_ids, sigma_rel=s,
                                       kind=k, scope=sc, lr=preset.recovery_lr, steps=preset.recovery_steps,
                                       eval_every=preset.recovery_eval_every, batch_size=preset.recovery_batch,
                                       eval_batch_size=preset.batch_size, seed=seed,
-                                      stop_at_recovery=preset.recovery_stop and s > 0, base_nll=base)
+                                      stop_at_recovery=preset.recovery_stop and s > 0, base_nll=base,
+                                      clean=clean.get(seed) if sc == "layer" else None)
             curves.append({**c.to_dict(), "seconds": time.perf_counter() - t0})
         return curves
 
