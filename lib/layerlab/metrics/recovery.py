@@ -147,7 +147,8 @@ def _block_inputs(model: torch.nn.Module, ids: Tensor, layers: Sequence[int]) ->
 def _block_input(model: torch.nn.Module, ids: Tensor, layer: int) -> Tensor:
     """The input of block ``layer`` [B, T, d] for ``ids`` [B, T], running only blocks < ``layer``
     (:func:`_block_inputs` of one layer)."""
-    return _block_inputs(model, ids, [layer])[arch.view(model).check_layer(layer)]
+    (h,) = _block_inputs(model, ids, [layer]).values()
+    return h
 
 
 def _ids_key(ids: Tensor) -> tuple:
@@ -171,8 +172,8 @@ class CleanInputs:
         self._inputs: dict[tuple, dict[int, Tensor]] = {}
         with torch.no_grad():
             for b in batches:  # [B, T] each
-                if _ids_key(b) not in self._inputs:
-                    self._inputs[_ids_key(b)] = _block_inputs(model, b, self.layers)
+                if (key := _ids_key(b)) not in self._inputs:
+                    self._inputs[key] = _block_inputs(model, b, self.layers)
 
     @classmethod
     def for_runs(cls, model: torch.nn.Module, layers: Sequence[int], *, train_ids: Tensor, eval_ids: Tensor,
@@ -282,7 +283,7 @@ def recovery_run(model: torch.nn.Module, layer: int, *, train_ids: Tensor, eval_
                 p.requires_grad_(True)
             opt = torch.optim.AdamW(train_params, lr=lr, weight_decay=weight_decay)
             xs.append(0)
-            ys.append(float(base_nll) if clean_start
+            ys.append(base if clean_start
                       else _eval_nll(model, eval_ids, start if use_prefix else 0, ev_prefix, eval_batch_size))
             for step in range(1, steps + 1):
                 if stop_at_recovery and ys[-1] <= threshold:

@@ -254,12 +254,14 @@ def run_recovery(preset: AnatomyPreset, model, tokenizer) -> list[recovery.Recov
     def compute():
         curves = []
         base = recovery.baseline_nll(model, ev.input_ids, eval_batch_size=preset.batch_size)  # shared by every run
-        # the clean inputs of the layer-scope runs' blocks, one pass per batch for every layer, σ and the control
+        # the clean inputs of the layer-scope runs' blocks, one pass per batch for every layer, σ and the control;
+        # one set per seed (its batch order), all of them within the default 2 GiB
         at = sorted({r[0] for r in runs if r[3] == "layer"})
+        seeds = sorted({r[4] for r in runs if r[3] == "layer"})
         clean = {seed: recovery.CleanInputs.for_runs(
             model, at, train_ids=train.input_ids, eval_ids=ev.input_ids, steps=preset.recovery_steps,
-            batch_size=preset.recovery_batch, eval_batch_size=preset.batch_size, seed=seed)
-            for seed in sorted({r[4] for r in runs if r[3] == "layer"})}
+            batch_size=preset.recovery_batch, eval_batch_size=preset.batch_size, seed=seed,
+            max_bytes=(2 << 30) // len(seeds)) for seed in seeds}
         for layer, s, k, sc, seed in runs:
             t0 = time.perf_counter()
             c = recovery.recovery_run(model, layer, train_ids=train.input_ids, eval_ids=ev.input_ids, sigma_rel=s,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import math
 from collections.abc import Callable, Iterator
@@ -237,17 +238,18 @@ def _recovery(P: AtlasPreset, model, eval_ids: torch.Tensor, train_ids: torch.Te
 
     extra = {"recovery": {f: getattr(P, f) for f in RECOVERY_FIELDS}, "eval": _ids_hash(eval_ids),
              "train": _ids_hash(train_ids)}
-    shared: list = []
+
+    @functools.cache
+    def shared() -> tuple[float, CleanInputs]:  # once, and only when some layer is not cached
+        return (baseline_nll(model, eval_ids, eval_batch_size=eval_ids.shape[0]),
+                CleanInputs.for_runs(model, layers, train_ids=train_ids, eval_ids=eval_ids, steps=P.recovery_steps,
+                                     batch_size=P.recovery_batch, eval_batch_size=eval_ids.shape[0], seed=P.seed))
 
     def piece(layer: int) -> dict:
-        if not shared:
-            shared.append(baseline_nll(model, eval_ids, eval_batch_size=eval_ids.shape[0]))
-            shared.append(CleanInputs.for_runs(model, layers, train_ids=train_ids, eval_ids=eval_ids,
-                                               steps=P.recovery_steps, batch_size=P.recovery_batch,
-                                               eval_batch_size=eval_ids.shape[0], seed=P.seed))
-        return measure.recovery_piece(model, layer, train_ids=train_ids, eval_ids=eval_ids, base_nll=shared[0],
+        base, clean = shared()
+        return measure.recovery_piece(model, layer, train_ids=train_ids, eval_ids=eval_ids, base_nll=base,
                                       sigma=P.recovery_sigma, lr=P.recovery_lr, steps=P.recovery_steps,
-                                      batch_size=P.recovery_batch, seed=P.seed, clean=shared[1])
+                                      batch_size=P.recovery_batch, seed=P.seed, clean=clean)
 
     got = [_piece("atlas-recovery", P, {**extra, "layer": layer}, lambda layer=layer: piece(layer))
            for layer in _bar(layers, len(layers), "atlas: recovery", progress)]
